@@ -1,0 +1,82 @@
+//! Limits on what one client can make the broker hold. Every size read from the network or
+//! the disk is checked against these before memory is allocated for it.
+
+/// Size limits on record batches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest payload of one batch (default 50 MiB, as HermitMQ).
+    pub max_payload_bytes: u64,
+    /// Largest key of one batch (default 64 KiB).
+    pub max_key_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_payload_bytes: 50 * 1024 * 1024,
+            max_key_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// Longest topic or consumer group name.
+pub const NAME_LEN_MAX: usize = 249;
+
+/// Why a topic or group name was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("name is empty")]
+    Empty,
+    #[error("name is {len} bytes long; at most {NAME_LEN_MAX} are allowed")]
+    TooLong { len: usize },
+    #[error("name may not be '.' or '..'")]
+    DotName,
+    #[error("name contains {found:?}; only [A-Za-z0-9._-] are allowed")]
+    BadCharacter { found: char },
+}
+
+/// Validates a topic or group name: 1-249 bytes of `[A-Za-z0-9._-]`, never `.` or `..`, so a
+/// name can never leave the data directory when it becomes a path component.
+pub fn validate_name(name: &[u8]) -> Result<&str, NameError> {
+    if name.is_empty() {
+        return Err(NameError::Empty);
+    }
+    if name.len() > NAME_LEN_MAX {
+        return Err(NameError::TooLong { len: name.len() });
+    }
+    if let Some(&bad) = name
+        .iter()
+        .find(|&&b| !(b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'))
+    {
+        return Err(NameError::BadCharacter {
+            found: char::from(bad),
+        });
+    }
+    if name == b"." || name == b".." {
+        return Err(NameError::DotName);
+    }
+    Ok(std::str::from_utf8(name).expect("ASCII checked above"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(validate_name(b"orders.v1-eu_2"), Ok("orders.v1-eu_2"));
+        assert_eq!(validate_name(b""), Err(NameError::Empty));
+        assert_eq!(validate_name(b".."), Err(NameError::DotName));
+        assert_eq!(validate_name(b"."), Err(NameError::DotName));
+        assert_eq!(
+            validate_name(b"../x"),
+            Err(NameError::BadCharacter { found: '/' })
+        );
+        assert!(matches!(
+            validate_name(&[b'a'; 250]),
+            Err(NameError::TooLong { len: 250 })
+        ));
+        assert!(validate_name(&[b'a'; 249]).is_ok());
+        assert!(validate_name("é".as_bytes()).is_err());
+    }
+}

@@ -1,0 +1,710 @@
+//! The partition log: an ordered list of segments, the last one active, with offsets
+//! assigned on append, group commit, and read plans.
+//!
+//! # Group commit
+//!
+//! An append is *staged* synchronously: validated, given its offsets, copied into the
+//! partition's pending buffer, and indexed in the mapped `.idx`. It is then *committed*:
+//! the appender waits until the durability watermark its policy asks for covers it. One
+//! I/O task at a time (spawned on demand, never owned by an appender, so a client that
+//! disconnects mid-flush cannot cancel it) writes the whole pending buffer with one
+//! io_uring write and, under `fsync = always`, one `fdatasync` of the `.wal` and one of the
+//! `.idx` issued together. Everything staged while that I/O is in flight rides on the next
+//! round, so N concurrent producers share each fsync.
+//!
+//! # Watermarks
+//!
+//! `next_offset >= written_offset >= durable_offset`: staged, in the page cache, on disk.
+//! Readers see offsets below the *high watermark*: `durable_offset` under `always` (a
+//! consumer never sees a batch that a crash could take back), `written_offset` otherwise.
+//!
+//! # Failures
+//!
+//! A failed or short write (disk full, EIO) rolls back everything not yet written: its
+//! index entries are cleared, offsets are handed out again, and the waiting appenders get
+//! an error. Writing resumes with the next append. A failed `fdatasync` *fences* the
+//! partition: after it, the kernel may have dropped dirty pages, so nothing written since
+//! the last good sync can be trusted; every later append and wait fails until a restart
+//! runs recovery.
+
+use std::cell::{Cell, RefCell};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use glommio::io::Directory;
+use tracing::{info, warn};
+
+use crate::protocol::record::{self, HEADER_LEN};
+use crate::storage::index::IndexEntry;
+use crate::storage::open;
+use crate::storage::segment::Segment;
+use crate::storage::watch::Watch;
+use crate::storage::{FsyncPolicy, LogConfig, StorageError};
+
+/// What a committed append reports back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendAck {
+    /// Offset given to the batch's first record.
+    pub base_offset: u64,
+    /// Offset after its last record.
+    pub next_offset: u64,
+}
+
+/// A staged batch, to be passed to [`PartitionLog::commit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a staged batch is acknowledged only after commit"]
+pub struct Ticket {
+    pub base_offset: u64,
+    pub end_offset: u64,
+    /// Number of write failures before this batch was staged (see `State::rollbacks`).
+    epoch: usize,
+}
+
+/// Where a reader finds a run of batches: a byte range of one segment file, with the index
+/// entries (offsets, lengths, CRCs) of the batches in it. The caller sends the range with
+/// sendfile or reads it; the log never copies the bytes.
+#[derive(Debug, Clone)]
+pub struct ReadPlan {
+    /// Read-only descriptor of the segment's `.wal`.
+    pub file: Rc<File>,
+    pub segment_base_offset: u64,
+    pub position: u64,
+    pub length: u64,
+    pub batches: Vec<IndexEntry>,
+    pub high_watermark: u64,
+    pub log_start_offset: u64,
+}
+
+impl ReadPlan {
+    pub fn is_empty(&self) -> bool {
+        self.batches.is_empty()
+    }
+
+    /// Offset after the last batch in the plan.
+    pub fn next_offset(&self) -> Option<u64> {
+        self.batches.last().map(IndexEntry::next_offset)
+    }
+}
+
+/// A batch read back into memory, checked against its CRC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredBatch {
+    pub entry: IndexEntry,
+    pub bytes: Bytes,
+}
+
+pub(crate) enum Staged {
+    Ticket(Ticket),
+    NeedsRoll,
+}
+
+pub(crate) struct State {
+    /// Segments in offset order; the last one is the active segment.
+    pub segments: Vec<Segment>,
+    pub next_offset: u64,
+    pub written_offset: u64,
+    pub durable_offset: u64,
+    /// Staged bytes not yet handed to the kernel; they belong to the active segment from
+    /// WAL position `pending_position` on.
+    pending: Vec<u8>,
+    pending_position: u64,
+    /// A batch did not fit the active segment: the I/O task rolls before anything else.
+    roll_requested: bool,
+    /// One entry per failed write: the offset everything from which was rolled back, and the
+    /// error. A ticket staged after `k` failures was lost iff `end > rollbacks[k].0`.
+    rollbacks: Vec<(u64, std::io::ErrorKind)>,
+    /// Set by a failed fdatasync; see the module docs.
+    fenced: Option<String>,
+    last_sync: Instant,
+    closed: bool,
+}
+
+pub struct PartitionLog {
+    dir: PathBuf,
+    directory: Directory,
+    config: LogConfig,
+    state: RefCell<State>,
+    io_busy: Cell<bool>,
+    /// Wakes appenders waiting for a watermark, and readers long-polling for new data.
+    progress: Watch,
+}
+
+/// A flush of the pending buffer starts with at least this much room, so small batches do
+/// not grow it a few bytes at a time.
+const PENDING_CAPACITY_MIN_BYTES: usize = 64 * 1024;
+
+impl PartitionLog {
+    /// Opens (recovering if needed) or creates the partition log in `dir`.
+    pub async fn open(
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+    ) -> Result<Rc<PartitionLog>, StorageError> {
+        config.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let segments = open::open_segments(&dir, &config).await?;
+        let directory = Directory::open(&dir)
+            .await
+            .map_err(|e| StorageError::io(&dir, e.into()))?;
+        let next_offset = segments.last().map_or(0, |s| s.next_offset);
+        let pending_position = segments.last().map_or(0, |s| s.size_bytes);
+        Ok(Rc::new(PartitionLog {
+            dir,
+            directory,
+            config,
+            state: RefCell::new(State {
+                segments,
+                next_offset,
+                written_offset: next_offset,
+                durable_offset: next_offset,
+                pending: Vec::with_capacity(PENDING_CAPACITY_MIN_BYTES),
+                pending_position,
+                roll_requested: false,
+                rollbacks: Vec::new(),
+                fenced: None,
+                last_sync: Instant::now(),
+                closed: false,
+            }),
+            io_busy: Cell::new(false),
+            progress: Watch::default(),
+        }))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    /// Appends one encoded batch and waits until it is acknowledged per the fsync policy.
+    /// `producer_crc` is the CRC32C of `batch` as sent, if the producer gave one.
+    pub async fn append(
+        self: &Rc<Self>,
+        batch: &[u8],
+        producer_crc: Option<u32>,
+    ) -> Result<AppendAck, StorageError> {
+        let ticket = self.stage(batch, producer_crc).await?;
+        self.commit(ticket).await?;
+        Ok(AppendAck {
+            base_offset: ticket.base_offset,
+            next_offset: ticket.end_offset,
+        })
+    }
+
+    /// Stages one batch (validates it, assigns offsets, copies it into the pending buffer,
+    /// indexes it). Waits only when the active segment must roll first.
+    pub async fn stage(
+        self: &Rc<Self>,
+        batch: &[u8],
+        producer_crc: Option<u32>,
+    ) -> Result<Ticket, StorageError> {
+        loop {
+            match self.try_stage(batch, producer_crc)? {
+                Staged::Ticket(ticket) => return Ok(ticket),
+                Staged::NeedsRoll => {
+                    let changed = self.progress.changed();
+                    self.kick();
+                    changed.await;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn try_stage(
+        &self,
+        batch: &[u8],
+        producer_crc: Option<u32>,
+    ) -> Result<Staged, StorageError> {
+        let header = record::check(batch, &self.config.limits)?;
+        if header.batch_len() != batch.len() {
+            return Err(StorageError::BatchLength {
+                header_bytes: header.batch_len(),
+                given_bytes: batch.len(),
+            });
+        }
+        let body_crc = crc32c::crc32c(&batch[HEADER_LEN..]);
+        let body_len = batch.len() - HEADER_LEN;
+        if let Some(expected) = producer_crc {
+            let actual = record::crc_with_header(batch, body_crc, body_len);
+            if actual != expected {
+                return Err(record::RecordError::CrcMismatch { expected, actual }.into());
+            }
+        }
+
+        let mut st = self.state.borrow_mut();
+        st.check_writable()?;
+        let State {
+            segments,
+            pending,
+            pending_position,
+            next_offset,
+            roll_requested,
+            rollbacks,
+            ..
+        } = &mut *st;
+        let active = segments
+            .last_mut()
+            .expect("a log always has an active segment");
+        if *roll_requested || self.needs_roll(active, batch.len()) {
+            *roll_requested = true;
+            return Ok(Staged::NeedsRoll);
+        }
+        let base_offset = *next_offset;
+        let end_offset = base_offset
+            .checked_add(header.records())
+            .ok_or(StorageError::OffsetOverflow)?;
+
+        let start = pending.len();
+        pending.extend_from_slice(batch);
+        let stored = &mut pending[start..];
+        record::set_offset(stored, base_offset);
+        let timestamp_ns = if header.timestamp_ns == 0 {
+            let now = now_ns();
+            record::set_timestamp(stored, now);
+            now
+        } else {
+            header.timestamp_ns
+        };
+        let entry = IndexEntry {
+            offset: base_offset,
+            max_timestamp_ns: active
+                .last_entry()
+                .map_or(timestamp_ns, |e| e.max_timestamp_ns.max(timestamp_ns)),
+            position: u32::try_from(*pending_position + start as u64)
+                .expect("segment_bytes keeps positions in u32"),
+            length: u32::try_from(batch.len()).expect("limits keep a batch under 4 GiB"),
+            records: u32::try_from(header.records()).expect("record count is a u32"),
+            crc: record::crc_with_header(stored, body_crc, body_len),
+        };
+        debug_assert_eq!(entry.crc, record::batch_crc(stored));
+        debug_assert_eq!(u64::from(entry.position), active.size_bytes);
+        active.index.push(&entry);
+        active.size_bytes += batch.len() as u64;
+        active.next_offset = end_offset;
+        *next_offset = end_offset;
+        Ok(Staged::Ticket(Ticket {
+            base_offset,
+            end_offset,
+            epoch: rollbacks.len(),
+        }))
+    }
+
+    fn needs_roll(&self, active: &Segment, batch_len: usize) -> bool {
+        active.size_bytes > 0
+            && (active.size_bytes + batch_len as u64 > self.config.segment_bytes
+                || active.index.is_full()
+                || active.opened_at.elapsed() >= self.config.segment_age)
+    }
+
+    /// Waits until a staged batch is acknowledged per the fsync policy.
+    pub async fn commit(self: &Rc<Self>, ticket: Ticket) -> Result<(), StorageError> {
+        loop {
+            if self.ticket_done(&ticket)? {
+                return Ok(());
+            }
+            let changed = self.progress.changed();
+            self.kick();
+            changed.await;
+        }
+    }
+
+    fn ticket_done(&self, ticket: &Ticket) -> Result<bool, StorageError> {
+        let st = self.state.borrow();
+        if let Some(&(rolled_back_from, kind)) = st.rollbacks.get(ticket.epoch)
+            && ticket.end_offset > rolled_back_from
+        {
+            return Err(StorageError::WriteFailed { kind });
+        }
+        let watermark = match self.config.fsync {
+            FsyncPolicy::Always => st.durable_offset,
+            _ => st.written_offset,
+        };
+        if watermark >= ticket.end_offset {
+            return Ok(true);
+        }
+        if let Some(reason) = &st.fenced {
+            return Err(StorageError::Fenced {
+                reason: reason.clone(),
+            });
+        }
+        Ok(false)
+    }
+
+    /// Starts the I/O task unless it is running or there is nothing to do.
+    fn kick(self: &Rc<Self>) {
+        if self.io_busy.get() || !self.has_io_work() {
+            return;
+        }
+        self.io_busy.set(true);
+        let log = Rc::clone(self);
+        glommio::spawn_local(async move {
+            if let Err(error) = log.run_io().await {
+                warn!(dir = %log.dir.display(), %error, "partition write failed");
+            }
+            log.io_busy.set(false);
+            log.progress.notify_all();
+        })
+        .detach();
+    }
+
+    fn has_io_work(&self) -> bool {
+        let st = self.state.borrow();
+        if st.fenced.is_some() {
+            return false;
+        }
+        !st.pending.is_empty()
+            || st.roll_requested
+            || (self.config.fsync == FsyncPolicy::Always && st.durable_offset < st.written_offset)
+    }
+
+    /// One round of I/O: write what is pending, sync if the policy says so, roll if asked.
+    async fn run_io(&self) -> Result<(), StorageError> {
+        let sync = match self.config.fsync {
+            FsyncPolicy::Always => true,
+            FsyncPolicy::Interval(every) => self.state.borrow().last_sync.elapsed() >= every,
+            FsyncPolicy::Never => false,
+        };
+        self.write_pending().await?;
+        if sync {
+            self.sync_written().await?;
+        }
+        if self.state.borrow().roll_requested {
+            self.roll().await?;
+        }
+        Ok(())
+    }
+
+    /// Hands the pending buffer to the kernel with one write.
+    async fn write_pending(&self) -> Result<(), StorageError> {
+        let (buf, position, end_offset, wal) = {
+            let mut st = self.state.borrow_mut();
+            st.check_writable()?;
+            if st.pending.is_empty() {
+                return Ok(());
+            }
+            let capacity = st.pending.len().max(PENDING_CAPACITY_MIN_BYTES);
+            let buf = std::mem::replace(&mut st.pending, Vec::with_capacity(capacity));
+            let position = st.pending_position;
+            st.pending_position += buf.len() as u64;
+            let wal = st.active_writer().wal.clone();
+            // Everything staged so far is in `buf`, so it ends at `next_offset`; batches staged
+            // while the write is in flight start at the new `pending_position`.
+            (buf, position, st.next_offset, wal)
+        };
+        let len = buf.len();
+        let result = wal.write_at(buf, position).await;
+        match result {
+            Ok(written) if written == len => {
+                let mut st = self.state.borrow_mut();
+                debug_assert!(end_offset >= st.written_offset);
+                st.written_offset = end_offset;
+                Ok(())
+            }
+            outcome => {
+                let error = match outcome {
+                    Ok(written) => std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        format!("short write: {written} of {len} bytes"),
+                    ),
+                    Err(e) => e.into(),
+                };
+                self.roll_back_unwritten(position, error.kind());
+                // Cut whatever part of the write did land, so the file ends where the log does.
+                if let Err(e) = wal.truncate(position).await {
+                    warn!(dir = %self.dir.display(), error = %e, "could not cut a failed write");
+                }
+                Err(StorageError::io(&self.dir, error))
+            }
+        }
+    }
+
+    /// Forgets every batch at or after WAL position `position` of the active segment: they
+    /// were never written, their appenders get an error, and their offsets are reused.
+    fn roll_back_unwritten(&self, position: u64, kind: std::io::ErrorKind) {
+        let mut st = self.state.borrow_mut();
+        let written = st.written_offset;
+        let active = st.segments.last_mut().expect("active segment");
+        let keep = (0..active.index.len())
+            .find(|&i| u64::from(active.index.get(i).position) >= position)
+            .unwrap_or(active.index.len());
+        active.index.truncate(keep);
+        active.size_bytes = position;
+        active.next_offset = written;
+        st.next_offset = written;
+        st.pending.clear();
+        st.pending_position = position;
+        st.rollbacks.push((written, kind));
+        warn!(dir = %self.dir.display(), from_offset = written, ?kind, "write failed; unwritten batches rolled back");
+    }
+
+    /// fdatasyncs the active `.wal` and `.idx` together, covering everything written.
+    async fn sync_written(&self) -> Result<(), StorageError> {
+        let (target, writer_wal, writer_idx) = {
+            let st = self.state.borrow();
+            st.check_writable()?;
+            if st.durable_offset >= st.written_offset {
+                return Ok(());
+            }
+            let writer = st.active_writer();
+            (st.written_offset, writer.wal.clone(), writer.idx.clone())
+        };
+        let (wal, idx) =
+            futures_lite::future::zip(writer_wal.fdatasync(), writer_idx.fdatasync()).await;
+        let mut st = self.state.borrow_mut();
+        if let Err(e) = wal.and(idx) {
+            let reason = format!("fdatasync failed: {e}");
+            warn!(dir = %self.dir.display(), %reason, "partition fenced");
+            st.fenced = Some(reason.clone());
+            return Err(StorageError::Fenced { reason });
+        }
+        st.durable_offset = st.durable_offset.max(target);
+        st.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one. Runs inside the I/O task.
+    async fn roll(&self) -> Result<(), StorageError> {
+        // Staging is refused while `roll_requested` is set, so after this flush the active
+        // segment is complete.
+        self.write_pending().await?;
+        self.sync_written().await?;
+        let base = {
+            let st = self.state.borrow();
+            assert!(st.pending.is_empty(), "roll with pending bytes");
+            st.next_offset
+        };
+        let mut active = {
+            let mut st = self.state.borrow_mut();
+            st.segments.pop().expect("active segment")
+        };
+        let sealed = active.seal().await;
+        self.state.borrow_mut().segments.push(active);
+        sealed?;
+        let created = Segment::create(&self.dir, base, self.config.index_entries).await?;
+        self.sync_dir().await?;
+        let mut st = self.state.borrow_mut();
+        st.segments.push(created);
+        st.pending_position = 0;
+        st.roll_requested = false;
+        info!(dir = %self.dir.display(), base_offset = base, "segment rolled");
+        Ok(())
+    }
+
+    async fn sync_dir(&self) -> Result<(), StorageError> {
+        self.directory
+            .sync()
+            .await
+            .map_err(|e| StorageError::io(&self.dir, e.into()))
+    }
+
+    /// Makes everything written durable now (the `interval` policy's timer calls this).
+    pub async fn sync(self: &Rc<Self>) -> Result<(), StorageError> {
+        self.wait_io_idle().await;
+        self.io_busy.set(true);
+        let result = async {
+            self.write_pending().await?;
+            self.sync_written().await
+        }
+        .await;
+        self.io_busy.set(false);
+        self.progress.notify_all();
+        result
+    }
+
+    async fn wait_io_idle(&self) {
+        while self.io_busy.get() {
+            self.progress.changed().await;
+        }
+    }
+
+    /// Flushes and syncs everything, trims the active index to its entries and writes the
+    /// clean-shutdown marker, so the next open skips the recovery scan.
+    pub async fn close(self: &Rc<Self>) -> Result<(), StorageError> {
+        self.sync().await?;
+        self.wait_io_idle().await;
+        self.io_busy.set(true);
+        let mut active = {
+            let mut st = self.state.borrow_mut();
+            st.check_writable()?;
+            st.closed = true;
+            st.segments.pop().expect("active segment")
+        };
+        let trimmed = active.truncate_index_file().await;
+        self.state.borrow_mut().segments.push(active);
+        trimmed?;
+        open::write_clean_marker(&self.dir)?;
+        self.sync_dir().await?;
+        self.io_busy.set(false);
+        self.progress.notify_all();
+        Ok(())
+    }
+
+    /// Offsets below this are visible to readers.
+    pub fn high_watermark(&self) -> u64 {
+        let st = self.state.borrow();
+        match self.config.fsync {
+            FsyncPolicy::Always => st.durable_offset,
+            _ => st.written_offset,
+        }
+    }
+
+    /// First offset still in the log.
+    pub fn log_start_offset(&self) -> u64 {
+        let st = self.state.borrow();
+        st.segments
+            .iter()
+            .find_map(|s| (s.entries() > 0).then(|| s.entry(0).offset))
+            .unwrap_or(st.next_offset)
+    }
+
+    /// Offset the next append will get.
+    pub fn next_offset(&self) -> u64 {
+        self.state.borrow().next_offset
+    }
+
+    /// Resolves when the high watermark may have moved (or a write failed).
+    pub fn changed(&self) -> crate::storage::watch::Changed<'_> {
+        self.progress.changed()
+    }
+
+    /// Plans a read of batches from `offset` on: at least one batch (even if larger than
+    /// `max_bytes`), then as many as fit in `max_bytes`, all from one segment. An offset at
+    /// the high watermark gives an empty plan; one outside the log an error.
+    pub fn read_plan(&self, offset: u64, max_bytes: u64) -> Result<ReadPlan, StorageError> {
+        let high_watermark = self.high_watermark();
+        let log_start_offset = self.log_start_offset();
+        if offset < log_start_offset || offset > high_watermark {
+            return Err(StorageError::OffsetOutOfRange {
+                requested: offset,
+                earliest: log_start_offset,
+                latest: high_watermark,
+            });
+        }
+        let st = self.state.borrow();
+        let first = st
+            .segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1);
+        for segment in &st.segments[first..] {
+            let visible = segment.index().entries_below(high_watermark);
+            let Some(start) = segment.index().find_offset(offset, visible) else {
+                continue;
+            };
+            let mut batches = Vec::new();
+            let mut length = 0u64;
+            for i in start..visible {
+                let entry = segment.entry(i);
+                if !batches.is_empty() && length + u64::from(entry.length) > max_bytes {
+                    break;
+                }
+                length += u64::from(entry.length);
+                batches.push(entry);
+            }
+            return Ok(ReadPlan {
+                file: Rc::clone(segment.reader()),
+                segment_base_offset: segment.base_offset,
+                position: u64::from(batches[0].position),
+                length,
+                batches,
+                high_watermark,
+                log_start_offset,
+            });
+        }
+        Ok(ReadPlan {
+            file: Rc::clone(st.segments.last().expect("active segment").reader()),
+            segment_base_offset: st.segments.last().expect("active segment").base_offset,
+            position: 0,
+            length: 0,
+            batches: Vec::new(),
+            high_watermark,
+            log_start_offset,
+        })
+    }
+
+    /// Reads batches from `offset` on into memory and checks each against its CRC. For tools,
+    /// compaction and tests; consumers are served by sendfile from a [`ReadPlan`].
+    pub fn read(&self, offset: u64, max_bytes: u64) -> Result<Vec<StoredBatch>, StorageError> {
+        let plan = self.read_plan(offset, max_bytes)?;
+        read_planned(&plan, &self.dir)
+    }
+
+    /// Finds the first offset whose batch has a timestamp at or after `timestamp_ns` (by the
+    /// running maximum), or `None` if every visible batch is older.
+    pub fn offset_for_timestamp(&self, timestamp_ns: u64) -> Option<u64> {
+        let high_watermark = self.high_watermark();
+        let st = self.state.borrow();
+        st.segments.iter().find_map(|segment| {
+            let i = segment
+                .index()
+                .find_timestamp(timestamp_ns, segment.entries())?;
+            let entry = segment.entry(i);
+            (entry.offset < high_watermark).then_some(entry.offset)
+        })
+    }
+
+    /// Base offsets and sizes of the segments, oldest first.
+    pub fn segments(&self) -> Vec<(u64, u64)> {
+        let st = self.state.borrow();
+        st.segments
+            .iter()
+            .map(|s| (s.base_offset, s.size_bytes))
+            .collect()
+    }
+}
+
+/// Reads a plan's bytes with `pread` and checks every batch against its CRC.
+pub fn read_planned(plan: &ReadPlan, dir: &Path) -> Result<Vec<StoredBatch>, StorageError> {
+    let mut buf = vec![0u8; usize::try_from(plan.length).expect("plan fits memory")];
+    plan.file
+        .read_exact_at(&mut buf, plan.position)
+        .map_err(|e| StorageError::io(dir, e))?;
+    let buf = Bytes::from(buf);
+    let mut batches = Vec::with_capacity(plan.batches.len());
+    for entry in &plan.batches {
+        let at = usize::try_from(u64::from(entry.position) - plan.position).expect("in plan");
+        let bytes = buf.slice(at..at + entry.length as usize);
+        if record::batch_crc(&bytes) != entry.crc {
+            return Err(StorageError::Corrupt {
+                offset: entry.offset,
+            });
+        }
+        batches.push(StoredBatch {
+            entry: *entry,
+            bytes,
+        });
+    }
+    Ok(batches)
+}
+
+impl State {
+    fn check_writable(&self) -> Result<(), StorageError> {
+        if let Some(reason) = &self.fenced {
+            return Err(StorageError::Fenced {
+                reason: reason.clone(),
+            });
+        }
+        if self.closed {
+            return Err(StorageError::Closed);
+        }
+        Ok(())
+    }
+
+    fn active_writer(&self) -> &crate::storage::segment::Writer {
+        self.segments
+            .last()
+            .and_then(|s| s.writer.as_ref())
+            .expect("the active segment is writable")
+    }
+}
+
+/// Nanoseconds since the epoch, for batches that arrive with timestamp 0.
+pub fn now_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,344 @@
+//! Opening a partition directory: which segments to trust, which to scan, what to repair.
+//!
+//! Two small files steer this:
+//!
+//! - `clean-shutdown`: written (and its directory synced) by [`PartitionLog::close`] after
+//!   every segment was synced and the active index trimmed to its entries. When it is there,
+//!   nothing is scanned. It is removed, and the removal made durable, *before* anything else
+//!   happens, so a crash later can never be mistaken for a clean stop.
+//! - `recovery-point`: the base offset of the active segment as of the last open. Every
+//!   segment below it was sealed (synced, index trimmed) before that open; every segment at
+//!   or above it may have been written since. Without the marker, exactly those segments are
+//!   scanned ("every segment written since the last clean shutdown", DESIGN.md). A missing or
+//!   unreadable file means "scan everything".
+//!
+//! A trusted segment still gets a cheap check (its `.idx` exists, and its `.wal` ends where
+//! its last entry ends); if that fails it is scanned too.
+//!
+//! # A cut in the middle of the log
+//!
+//! Scanning can cut a segment that is not the last (a closed segment damaged on disk). The
+//! log must stay a prefix of what was appended, with no gap, so the segments after the cut
+//! cannot be served; they are not deleted either. They are moved to `quarantine/` inside the
+//! partition directory, with an error logged naming them and their sizes, for an operator to
+//! inspect. Nothing is ever silently dropped.
+//!
+//! [`PartitionLog::close`]: crate::storage::PartitionLog::close
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use memmap2::Mmap;
+use tracing::{error, info, warn};
+
+use crate::storage::index::{ENTRY_LEN, IndexEntry};
+use crate::storage::recovery::{self, ScanOutcome};
+use crate::storage::segment::{self, Segment, idx_path, wal_path};
+use crate::storage::{LogConfig, StorageError};
+
+pub const CLEAN_MARKER: &str = "clean-shutdown";
+pub const RECOVERY_POINT: &str = "recovery-point";
+pub const QUARANTINE_DIR: &str = "quarantine";
+
+/// What recovery found in one segment and left on disk.
+struct Recovered {
+    entries: usize,
+    size_bytes: u64,
+    next_offset: u64,
+    /// The scan cut batches off this segment.
+    was_cut: bool,
+}
+
+/// Opens every segment of the partition in `dir`, recovering as needed; the last returned
+/// segment is active. Creates the directory and a first segment when there is none.
+pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment>, StorageError> {
+    fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+    let marker = dir.join(CLEAN_MARKER);
+    let clean = marker.exists();
+    if clean {
+        fs::remove_file(&marker).map_err(|e| StorageError::io(&marker, e))?;
+        sync_dir(dir)?;
+    }
+    let recovery_point = if clean {
+        u64::MAX
+    } else {
+        read_recovery_point(dir)
+    };
+    let bases = list_segments(dir)?;
+
+    let mut segments: Vec<Segment> = Vec::with_capacity(bases.len() + 1);
+    let mut previous_next: Option<u64> = None;
+    for (i, &base) in bases.iter().enumerate() {
+        if let Some(previous_next) = previous_next
+            && base < previous_next
+        {
+            error!(dir = %dir.display(), base, previous_next, "segment overlaps the one before it");
+            quarantine(dir, &bases[i..])?;
+            break;
+        }
+        let is_last = i + 1 == bases.len();
+        let recovered = if base >= recovery_point || !looks_sealed(dir, base) {
+            scan_and_repair(dir, base, config)?
+        } else {
+            trusted(dir, base)?
+        };
+        glommio::yield_if_needed().await;
+        let stop_here = recovered.was_cut && !is_last;
+        if stop_here {
+            quarantine(dir, &bases[i + 1..])?;
+        }
+        previous_next = Some(recovered.next_offset);
+        if is_last || stop_here {
+            let active = Segment::open_active(
+                dir,
+                base,
+                recovered.next_offset,
+                recovered.entries,
+                recovered.size_bytes,
+                config.index_entries,
+                None,
+            )
+            .await?;
+            segments.push(active);
+            break;
+        }
+        segments.push(Segment::open_sealed(dir, base)?);
+    }
+    if segments.is_empty() {
+        segments.push(Segment::create(dir, 0, config.index_entries).await?);
+        sync_dir(dir)?;
+    }
+    let active_base = segments.last().expect("at least one segment").base_offset;
+    write_recovery_point(dir, active_base)?;
+    Ok(segments)
+}
+
+/// Base offsets of the segments in `dir`, sorted. Removes index files that have no WAL
+/// (a roll or a retention delete interrupted between the two unlinks).
+fn list_segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
+    let mut wals = Vec::new();
+    let mut idxs = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
+        let entry = entry.map_err(|e| StorageError::io(dir, e))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(base) = segment::parse_file_name(name, "wal") {
+            wals.push(base);
+        } else if let Some(base) = segment::parse_file_name(name, "idx") {
+            idxs.push(base);
+        }
+    }
+    wals.sort_unstable();
+    for base in idxs {
+        if wals.binary_search(&base).is_err() {
+            let path = idx_path(dir, base);
+            warn!(path = %path.display(), "removing an index without its WAL");
+            fs::remove_file(&path).map_err(|e| StorageError::io(&path, e))?;
+        }
+    }
+    Ok(wals)
+}
+
+/// A sealed segment passes the cheap check: its index exists, holds whole entries, and the
+/// WAL ends exactly where the last entry does.
+fn looks_sealed(dir: &Path, base: u64) -> bool {
+    let (Ok(idx), Ok(wal)) = (
+        fs::metadata(idx_path(dir, base)),
+        fs::metadata(wal_path(dir, base)),
+    ) else {
+        return false;
+    };
+    if idx.len() % ENTRY_LEN as u64 != 0 {
+        return false;
+    }
+    let Ok(file) = File::open(idx_path(dir, base)) else {
+        return false;
+    };
+    if idx.len() == 0 {
+        return wal.len() == 0;
+    }
+    let mut last = [0u8; ENTRY_LEN];
+    if file
+        .read_exact_at(&mut last, idx.len() - ENTRY_LEN as u64)
+        .is_err()
+        || IndexEntry::is_empty_slot(&last)
+    {
+        return false;
+    }
+    IndexEntry::decode(&last).end_position() == wal.len()
+}
+
+fn trusted(dir: &Path, base: u64) -> Result<Recovered, StorageError> {
+    let path = idx_path(dir, base);
+    let file = File::open(&path).map_err(|e| StorageError::io(&path, e))?;
+    let index =
+        crate::storage::index::Index::sealed(&file).map_err(|e| StorageError::io(&path, e))?;
+    let last = index.last();
+    Ok(Recovered {
+        entries: index.len(),
+        size_bytes: last.map_or(0, |e| e.end_position()),
+        next_offset: last.map_or(base, |e| e.next_offset()),
+        was_cut: false,
+    })
+}
+
+/// Scans one segment and makes its files agree with the verdict: the WAL truncated to the
+/// last good batch, the index holding exactly the good batches' entries. Both are synced
+/// before the log is used, so a second crash cannot resurrect what was cut.
+fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovered, StorageError> {
+    let wal = wal_path(dir, base);
+    let idx = idx_path(dir, base);
+    let wal_file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&wal)
+        .map_err(|e| StorageError::io(&wal, e))?;
+    let wal_len = wal_file
+        .metadata()
+        .map_err(|e| StorageError::io(&wal, e))?
+        .len();
+    let idx_file = match OpenOptions::new().read(true).write(true).open(&idx) {
+        Ok(file) => Some(file),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(StorageError::io(&idx, e)),
+    };
+    let idx_len = match &idx_file {
+        Some(f) => f.metadata().map_err(|e| StorageError::io(&idx, e))?.len(),
+        None => 0,
+    };
+    let outcome = {
+        let wal_map = map(&wal_file, wal_len).map_err(|e| StorageError::io(&wal, e))?;
+        let idx_map = match &idx_file {
+            Some(f) => Some(map(f, idx_len).map_err(|e| StorageError::io(&idx, e))?),
+            None => None,
+        };
+        recovery::scan_segment(
+            base,
+            wal_map.as_deref().unwrap_or(&[]),
+            idx_file
+                .as_ref()
+                .map(|_| idx_map.as_ref().and_then(|m| m.as_deref()).unwrap_or(&[])),
+            &config.limits,
+        )
+    };
+    report(dir, base, wal_len, idx_file.is_some(), &outcome);
+
+    let idx_exact = (outcome.entries.len() * ENTRY_LEN) as u64;
+    if outcome.wal_len_valid != wal_len {
+        wal_file
+            .set_len(outcome.wal_len_valid)
+            .and_then(|()| wal_file.sync_data())
+            .map_err(|e| StorageError::io(&wal, e))?;
+    }
+    if !outcome.is_clean(wal_len) || idx_file.is_none() || idx_len != idx_exact {
+        let file = match idx_file {
+            Some(file) => file,
+            None => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(&idx)
+                .map_err(|e| StorageError::io(&idx, e))?,
+        };
+        let mut bytes = vec![0u8; outcome.entries.len() * ENTRY_LEN];
+        for (slot, entry) in bytes.chunks_exact_mut(ENTRY_LEN).zip(&outcome.entries) {
+            entry.encode(slot);
+        }
+        file.set_len(0)
+            .and_then(|()| file.write_all_at(&bytes, 0))
+            .and_then(|()| file.sync_data())
+            .map_err(|e| StorageError::io(&idx, e))?;
+        sync_dir(dir)?;
+    }
+    Ok(Recovered {
+        entries: outcome.entries.len(),
+        size_bytes: outcome.wal_len_valid,
+        next_offset: outcome.next_offset,
+        was_cut: outcome.cut.is_some() || outcome.entries_dropped > 0,
+    })
+}
+
+fn map(file: &File, len: u64) -> std::io::Result<Option<Mmap>> {
+    if len == 0 {
+        return Ok(None);
+    }
+    // SAFETY: recovery runs before the partition is served; nothing else maps or writes
+    // these files while the map lives (it is dropped before they are truncated).
+    unsafe { Mmap::map(file) }.map(Some)
+}
+
+fn report(dir: &Path, base: u64, wal_len: u64, idx_exists: bool, outcome: &ScanOutcome) {
+    if outcome.is_clean(wal_len) {
+        info!(dir = %dir.display(), base, batches = outcome.entries.len(), "segment scanned clean");
+        return;
+    }
+    warn!(
+        dir = %dir.display(),
+        base,
+        kept_batches = outcome.entries.len(),
+        kept_bytes = outcome.wal_len_valid,
+        cut_bytes = wal_len - outcome.wal_len_valid,
+        entries_rebuilt = outcome.entries_rebuilt,
+        entries_dropped = outcome.entries_dropped,
+        index_missing = !idx_exists,
+        cut = ?outcome.cut,
+        "segment repaired by recovery"
+    );
+}
+
+/// Moves the given segments to `quarantine/` (see the module docs).
+fn quarantine(dir: &Path, bases: &[u64]) -> Result<(), StorageError> {
+    if bases.is_empty() {
+        return Ok(());
+    }
+    let target = dir.join(QUARANTINE_DIR);
+    fs::create_dir_all(&target).map_err(|e| StorageError::io(&target, e))?;
+    for &base in bases {
+        for path in [wal_path(dir, base), idx_path(dir, base)] {
+            let Ok(meta) = fs::metadata(&path) else {
+                continue;
+            };
+            let name = path.file_name().expect("segment files have names");
+            fs::rename(&path, target.join(name)).map_err(|e| StorageError::io(&path, e))?;
+            error!(path = %path.display(), bytes = meta.len(), "segment behind a damaged one moved to quarantine; it is not served");
+        }
+    }
+    sync_dir(&target)?;
+    sync_dir(dir)
+}
+
+fn read_recovery_point(dir: &Path) -> u64 {
+    fs::read_to_string(dir.join(RECOVERY_POINT))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn write_recovery_point(dir: &Path, base: u64) -> Result<(), StorageError> {
+    let tmp = dir.join(format!("{RECOVERY_POINT}.tmp"));
+    let path = dir.join(RECOVERY_POINT);
+    let mut file = File::create(&tmp).map_err(|e| StorageError::io(&tmp, e))?;
+    writeln!(file, "{base}")
+        .and_then(|()| file.sync_data())
+        .map_err(|e| StorageError::io(&tmp, e))?;
+    fs::rename(&tmp, &path).map_err(|e| StorageError::io(&path, e))?;
+    sync_dir(dir)
+}
+
+/// Writes the clean-shutdown marker; the caller syncs the directory.
+pub fn write_clean_marker(dir: &Path) -> Result<(), StorageError> {
+    let path = dir.join(CLEAN_MARKER);
+    File::create(&path)
+        .and_then(|f| f.sync_data())
+        .map_err(|e| StorageError::io(&path, e))
+}
+
+/// fsyncs a directory, making new, renamed and removed entries in it durable.
+pub fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|e| StorageError::io(dir, e))
+}

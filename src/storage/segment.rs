@@ -1,0 +1,232 @@
+//! One segment of a partition: `<base offset, 20 digits>.wal` holding raw batches, and
+//! `.idx` holding one 32-byte entry per batch (see [`crate::storage::index`]).
+//!
+//! The active segment (the last one) is appended to through glommio's io_uring buffered file
+//! API; its index file is extended sparsely (ftruncate, never fallocate: an fdatasync over
+//! fallocated, unwritten extents was measured at ~3.3 ms against ~160 µs for a growing file)
+//! to its capacity and mapped writable. Sealing truncates the index to its entries and maps
+//! it read-only; closed segments are never written again.
+
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Instant;
+
+use glommio::io::{BufferedFile, OpenOptions as GlommioOpenOptions};
+
+use crate::storage::StorageError;
+use crate::storage::index::{ENTRY_LEN, Index, IndexEntry};
+
+/// File name of a segment's WAL.
+pub fn wal_path(dir: &Path, base_offset: u64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.wal"))
+}
+
+/// File name of a segment's index.
+pub fn idx_path(dir: &Path, base_offset: u64) -> PathBuf {
+    dir.join(format!("{base_offset:020}.idx"))
+}
+
+/// Parses `<20 digits>.<ext>` into the base offset.
+pub fn parse_file_name(name: &str, ext: &str) -> Option<u64> {
+    let stem = name.strip_suffix(ext)?.strip_suffix('.')?;
+    (stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| stem.parse().ok())
+        .flatten()
+}
+
+/// Handles the active segment writes through.
+pub(crate) struct Writer {
+    pub wal: Rc<BufferedFile>,
+    pub idx: Rc<BufferedFile>,
+}
+
+pub struct Segment {
+    pub base_offset: u64,
+    /// Offset after the last batch staged into this segment.
+    pub next_offset: u64,
+    /// Bytes of batches staged into this segment (written or still pending).
+    pub size_bytes: u64,
+    pub(crate) index: Index,
+    /// Read-only descriptor of the `.wal`, for reads and sendfile.
+    reader: Rc<File>,
+    idx_file: File,
+    pub(crate) writer: Option<Writer>,
+    pub(crate) opened_at: Instant,
+    dir: PathBuf,
+}
+
+impl Segment {
+    /// Creates a new, empty active segment.
+    pub async fn create(
+        dir: &Path,
+        base_offset: u64,
+        index_entries: u32,
+    ) -> Result<Segment, StorageError> {
+        let wal = wal_path(dir, base_offset);
+        let writer_wal = GlommioOpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .buffered_open(&wal)
+            .await
+            .map_err(|e| StorageError::io(&wal, e.into()))?;
+        let idx = idx_path(dir, base_offset);
+        let idx_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&idx)
+            .map_err(|e| StorageError::io(&idx, e))?;
+        drop(idx_file);
+        Self::open_active(
+            dir,
+            base_offset,
+            base_offset,
+            0,
+            0,
+            index_entries,
+            Some(writer_wal),
+        )
+        .await
+    }
+
+    /// Opens a recovered segment as the active one: `entries` valid index entries, `size_bytes`
+    /// of valid WAL ending at `next_offset`.
+    pub async fn open_active(
+        dir: &Path,
+        base_offset: u64,
+        next_offset: u64,
+        entries: usize,
+        size_bytes: u64,
+        index_entries: u32,
+        wal_writer: Option<BufferedFile>,
+    ) -> Result<Segment, StorageError> {
+        let wal = wal_path(dir, base_offset);
+        let idx = idx_path(dir, base_offset);
+        let wal_writer = match wal_writer {
+            Some(file) => file,
+            None => GlommioOpenOptions::new()
+                .read(true)
+                .write(true)
+                .buffered_open(&wal)
+                .await
+                .map_err(|e| StorageError::io(&wal, e.into()))?,
+        };
+        let idx_writer = GlommioOpenOptions::new()
+            .read(true)
+            .write(true)
+            .buffered_open(&idx)
+            .await
+            .map_err(|e| StorageError::io(&idx, e.into()))?;
+        let idx_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&idx)
+            .map_err(|e| StorageError::io(&idx, e))?;
+        let capacity = entries.max(index_entries as usize).max(1);
+        idx_file
+            .set_len((capacity * ENTRY_LEN) as u64)
+            .map_err(|e| StorageError::io(&idx, e))?;
+        let index = Index::writable(&idx_file, entries).map_err(|e| StorageError::io(&idx, e))?;
+        let reader = File::open(&wal).map_err(|e| StorageError::io(&wal, e))?;
+        Ok(Segment {
+            base_offset,
+            next_offset,
+            size_bytes,
+            index,
+            reader: Rc::new(reader),
+            idx_file,
+            writer: Some(Writer {
+                wal: Rc::new(wal_writer),
+                idx: Rc::new(idx_writer),
+            }),
+            opened_at: Instant::now(),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Opens a closed segment whose index file holds exactly its entries.
+    pub fn open_sealed(dir: &Path, base_offset: u64) -> Result<Segment, StorageError> {
+        let wal = wal_path(dir, base_offset);
+        let idx = idx_path(dir, base_offset);
+        let idx_file = File::open(&idx).map_err(|e| StorageError::io(&idx, e))?;
+        let index = Index::sealed(&idx_file).map_err(|e| StorageError::io(&idx, e))?;
+        let (next_offset, size_bytes) = index
+            .last()
+            .map_or((base_offset, 0), |e| (e.next_offset(), e.end_position()));
+        let reader = File::open(&wal).map_err(|e| StorageError::io(&wal, e))?;
+        Ok(Segment {
+            base_offset,
+            next_offset,
+            size_bytes,
+            index,
+            reader: Rc::new(reader),
+            idx_file,
+            writer: None,
+            opened_at: Instant::now(),
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Seals the active segment: the caller has written and synced every staged batch.
+    /// Truncates the index to its entries, syncs it, and maps it read-only.
+    pub async fn seal(&mut self) -> Result<(), StorageError> {
+        let idx = idx_path(&self.dir, self.base_offset);
+        self.truncate_index_file().await?;
+        if let Some(writer) = self.writer.take() {
+            // Both handles are only shared with in-flight I/O, which has finished.
+            if let Ok(wal) = Rc::try_unwrap(writer.wal) {
+                let _ = wal.close().await;
+            }
+            if let Ok(idx) = Rc::try_unwrap(writer.idx) {
+                let _ = idx.close().await;
+            }
+        }
+        let entries = self.index.len();
+        self.index = Index::sealed(&self.idx_file).map_err(|e| StorageError::io(&idx, e))?;
+        assert_eq!(self.index.len(), entries, "sealed index lost entries");
+        Ok(())
+    }
+
+    /// Truncates the index file to exactly its entries and makes that durable, keeping the
+    /// segment writable (used at clean shutdown, so the next start can trust the file size).
+    pub async fn truncate_index_file(&mut self) -> Result<(), StorageError> {
+        let idx = idx_path(&self.dir, self.base_offset);
+        let entries = self.index.len();
+        // The mapping must not outlive the bytes it maps: unmap, cut, sync.
+        self.index = Index::empty();
+        self.idx_file
+            .set_len((entries * ENTRY_LEN) as u64)
+            .map_err(|e| StorageError::io(&idx, e))?;
+        self.idx_file
+            .sync_data()
+            .map_err(|e| StorageError::io(&idx, e))?;
+        self.index = Index::sealed(&self.idx_file).map_err(|e| StorageError::io(&idx, e))?;
+        Ok(())
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    pub fn reader(&self) -> &Rc<File> {
+        &self.reader
+    }
+
+    pub fn last_entry(&self) -> Option<IndexEntry> {
+        self.index.last()
+    }
+
+    pub fn entries(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn entry(&self, i: usize) -> IndexEntry {
+        self.index.get(i)
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+}
