@@ -12,6 +12,10 @@
 //! documents under `docs/`.
 
 pub mod cli;
+pub mod client;
+pub mod config;
 pub mod limits;
 pub mod protocol;
+pub mod server;
+pub mod shard;
 pub mod storage;

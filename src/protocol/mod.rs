@@ -1,5 +1,9 @@
 //! Sans-IO codecs: bytes in, typed values out, "incomplete" as a normal outcome.
 //!
 //! - [`record`]: the 29-byte record batch header shared by disk and every wire protocol.
+//! - [`native`]: pagurus's own length-framed, pipelined protocol (`docs/PROTOCOL.md`).
+//! - [`wire`]: big-endian field readers and writers the codecs are built from.
 
+pub mod native;
 pub mod record;
+pub mod wire;

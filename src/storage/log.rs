@@ -502,6 +502,17 @@ impl PartitionLog {
             .map_err(|e| StorageError::io(&self.dir, e.into()))
     }
 
+    /// True when a staged batch is acknowledged (an error if it never will be).
+    pub fn is_committed(&self, ticket: &Ticket) -> Result<bool, StorageError> {
+        self.ticket_done(ticket)
+    }
+
+    /// True when written data has waited longer than `interval` for an fsync.
+    pub fn sync_due(&self, interval: std::time::Duration) -> bool {
+        let st = self.state.borrow();
+        st.durable_offset < st.next_offset && st.last_sync.elapsed() >= interval
+    }
+
     /// Makes everything written durable now (the `interval` policy's timer calls this).
     pub async fn sync(self: &Rc<Self>) -> Result<(), StorageError> {
         self.wait_io_idle().await;

@@ -1,0 +1,327 @@
+//! The broker process: one glommio executor per core, listeners, connections, shutdown.
+//!
+//! - [`connection`]: first-byte protocol selection and the connection limit.
+//! - [`native`]: the native protocol's reader/writer pair.
+//! - [`sendfile`]: zero-copy sends of segment bytes.
+//! - [`io`]: socket reads and writes shared by a connection's two tasks.
+//! - [`metrics`]: per-core counters.
+
+pub mod connection;
+pub mod io;
+pub mod metrics;
+pub mod native;
+pub mod sendfile;
+
+use std::fs::File;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures_lite::FutureExt;
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorBuilder, Placement};
+use tracing::{error, info, warn};
+
+use crate::config::BrokerConfig;
+use crate::server::connection::ConnectionSlot;
+use crate::shard::mesh::{Envelope, MESH_CHANNEL_CAPACITY, Mesh};
+use crate::shard::{Shard, topics};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("cannot use data directory {path}: {source}")]
+    DataDir {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("data directory {0} is in use by another pagurus process")]
+    DataDirLocked(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot start executor for core {core}: {reason}")]
+    Executor { core: usize, reason: String },
+    #[error("core {core} failed: {reason}")]
+    Core { core: usize, reason: String },
+    #[error("bad configuration: {0}")]
+    Config(String),
+}
+
+/// How often each core looks at the stop flag set by the signal handler.
+const STOP_POLL: Duration = Duration::from_millis(20);
+/// How long a stopping core waits for its connections to answer what is in flight.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs the broker until SIGINT or SIGTERM, then shuts down cleanly.
+pub fn serve(mut config: BrokerConfig) -> Result<(), ServeError> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(signal, Arc::clone(&stop))
+            .map_err(|e| ServeError::Config(format!("cannot install signal handler: {e}")))?;
+    }
+    serve_until(&mut config, stop)
+}
+
+/// Runs the broker until `stop` becomes true.
+pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(), ServeError> {
+    config
+        .log
+        .validate()
+        .map_err(|e| ServeError::Config(e.to_string()))?;
+    let data_dir = config.data_dir.display().to_string();
+    std::fs::create_dir_all(&config.data_dir).map_err(|source| ServeError::DataDir {
+        path: data_dir.clone(),
+        source,
+    })?;
+    let _lock = lock_data_dir(config)?;
+    topics::empty_trash(&config.data_dir);
+
+    let cpus: Vec<usize> = core_affinity::get_core_ids()
+        .map(|ids| ids.into_iter().map(|id| id.id).collect())
+        .unwrap_or_default();
+    if config.cores == 0 {
+        config.cores = cpus.len().max(1);
+    }
+    let cores = config.cores;
+    let config = Arc::new(config.clone());
+    let mesh = MeshBuilder::<Envelope, _>::full(cores, MESH_CHANNEL_CAPACITY);
+    let ready = Arc::new(AtomicUsize::new(0));
+    let finished = Arc::new(AtomicUsize::new(0));
+    let connections = Arc::new(AtomicUsize::new(0));
+
+    let mut handles = Vec::with_capacity(cores);
+    for index in 0..cores {
+        // More cores than CPUs (tests, small machines) share CPUs round-robin.
+        let placement = match cpus.get(index % cpus.len().max(1)) {
+            Some(&cpu) if !cpus.is_empty() => Placement::Fixed(cpu),
+            _ => Placement::Unbound,
+        };
+        let cpu = match placement {
+            Placement::Fixed(cpu) => Some(cpu),
+            _ => None,
+        };
+        let (config, mesh, stop) = (Arc::clone(&config), mesh.clone(), Arc::clone(&stop));
+        let (ready, finished, connections) = (
+            Arc::clone(&ready),
+            Arc::clone(&finished),
+            Arc::clone(&connections),
+        );
+        let handle = LocalExecutorBuilder::new(placement)
+            .name(&format!("pagurus-{index}"))
+            .preempt_timer(Duration::from_millis(5))
+            .spawn(move || async move {
+                run_core(config, mesh, cpu, stop, ready, finished, connections).await
+            })
+            .map_err(|e| ServeError::Executor {
+                core: index,
+                reason: e.to_string(),
+            })?;
+        handles.push(handle);
+    }
+    let mut result = Ok(());
+    for (index, handle) in handles.into_iter().enumerate() {
+        let outcome = handle
+            .join()
+            .map_err(|e| ServeError::Core {
+                core: index,
+                reason: e.to_string(),
+            })
+            .and_then(|r| r);
+        if let Err(e) = outcome {
+            error!(core = index, error = %e, "core stopped with an error");
+            // One core failing stops the others, so the process exits instead of serving
+            // half of its partitions.
+            stop.store(true, Ordering::Release);
+            if result.is_ok() {
+                result = Err(e);
+            }
+        }
+    }
+    if result.is_ok() {
+        info!("broker stopped cleanly");
+    }
+    result
+}
+
+fn lock_data_dir(config: &BrokerConfig) -> Result<nix::fcntl::Flock<File>, ServeError> {
+    let path = config.data_dir.join(".lock");
+    let file = File::create(&path).map_err(|source| ServeError::DataDir {
+        path: path.display().to_string(),
+        source,
+    })?;
+    nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|_| ServeError::DataDirLocked(config.data_dir.display().to_string()))
+}
+
+async fn run_core(
+    config: Arc<BrokerConfig>,
+    mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
+    cpu: Option<usize>,
+    stop: Arc<AtomicBool>,
+    ready: Arc<AtomicUsize>,
+    finished: Arc<AtomicUsize>,
+    connections: Arc<AtomicUsize>,
+) -> Result<(), ServeError> {
+    let cores = config.cores;
+    let (senders, mut receivers) = mesh.join().await.map_err(|e| ServeError::Executor {
+        core: usize::MAX,
+        reason: format!("mesh join failed: {e}"),
+    })?;
+    let core = senders.peer_id();
+    let shard = Rc::new(Shard::new(
+        core,
+        Arc::clone(&config),
+        Mesh::new(core, Some(senders)),
+    ));
+    for (_peer, receiver) in receivers.streams() {
+        let shard = Rc::clone(&shard);
+        glommio::spawn_local(async move {
+            while let Some(envelope) = receiver.recv().await {
+                match envelope {
+                    Envelope::Call { from, id, call } => {
+                        let shard = Rc::clone(&shard);
+                        glommio::spawn_local(async move {
+                            let answer = shard.handle(call).await;
+                            shard.mesh.answer(from, id, answer).await;
+                        })
+                        .detach();
+                    }
+                    Envelope::Answer { id, answer } => shard.mesh.deliver(id, answer),
+                }
+            }
+        })
+        .detach();
+    }
+
+    let loaded = shard.load().await;
+    ready.fetch_add(1, Ordering::AcqRel);
+    loaded.map_err(|e| ServeError::Core {
+        core,
+        reason: e.to_string(),
+    })?;
+    // Serve only when every core has recovered its partitions, so no request meets a
+    // partition that is still being opened.
+    while ready.load(Ordering::Acquire) < cores {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+
+    let mut listeners = vec![bind(config.listen)?];
+    if let Some(port) = config.shard_port(core) {
+        let mut addr = config.listen;
+        addr.set_port(port);
+        listeners.push(bind(addr)?);
+    }
+    let owned = shard.local_logs().len();
+    info!(core, cpu = ?cpu, partitions_owned = owned, listen = %config.listen, shard_port = ?config.shard_port(core), "core serving");
+
+    let connection_tasks = Rc::new(std::cell::Cell::new(0usize));
+    for listener in listeners {
+        glommio::spawn_local(accept_loop(
+            Rc::clone(&shard),
+            listener,
+            Arc::clone(&connections),
+            Rc::clone(&connection_tasks),
+        ))
+        .detach();
+    }
+    glommio::spawn_local(background_sync(Rc::clone(&shard))).detach();
+
+    while !stop.load(Ordering::Acquire) && !shard.shutdown.is_requested() {
+        glommio::timer::sleep(STOP_POLL).await;
+    }
+    info!(
+        core,
+        "stopping: no new connections, answering requests in flight"
+    );
+    shard.shutdown.request();
+    let deadline = Instant::now() + DRAIN_TIMEOUT;
+    while connection_tasks.get() > 0 && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+    if connection_tasks.get() > 0 {
+        warn!(
+            core,
+            open = connection_tasks.get(),
+            "connections still open at the drain deadline"
+        );
+    }
+    shard.close_all().await;
+    // Keep answering mesh calls until every core has closed its partitions.
+    finished.fetch_add(1, Ordering::AcqRel);
+    while finished.load(Ordering::Acquire) < cores {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+    info!(core, counters = ?shard.metrics.snapshot(), "core stopped");
+    Ok(())
+}
+
+fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, ServeError> {
+    TcpListener::bind(addr).map_err(|e| ServeError::Listen {
+        addr: addr.to_string(),
+        source: e.into(),
+    })
+}
+
+async fn accept_loop(
+    shard: Rc<Shard>,
+    listener: TcpListener,
+    connections: Arc<AtomicUsize>,
+    tasks: Rc<std::cell::Cell<usize>>,
+) {
+    loop {
+        let accepted = async { Some(listener.accept().await) }
+            .or(async {
+                shard.shutdown.wait().await;
+                None
+            })
+            .await;
+        let stream = match accepted {
+            None => return,
+            Some(Ok(stream)) => stream,
+            Some(Err(error)) => {
+                warn!(%error, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Some(slot) = ConnectionSlot::try_take(&connections, shard.config.connections_max)
+        else {
+            metrics::Metrics::inc(&shard.metrics.connections_refused);
+            warn!(
+                limit = shard.config.connections_max,
+                "connection limit reached; connection refused"
+            );
+            drop(stream);
+            continue;
+        };
+        metrics::Metrics::inc(&shard.metrics.connections_accepted);
+        let shard = Rc::clone(&shard);
+        let tasks = Rc::clone(&tasks);
+        tasks.set(tasks.get() + 1);
+        glommio::spawn_local(async move {
+            connection::serve(shard, stream, slot).await;
+            tasks.set(tasks.get() - 1);
+        })
+        .detach();
+    }
+}
+
+/// Under `fsync = interval(ms)`, makes written data durable at least every interval.
+async fn background_sync(shard: Rc<Shard>) {
+    let every = Duration::from_millis(10);
+    while !shard.shutdown.is_requested() {
+        glommio::timer::sleep(every).await;
+        for log in shard.local_logs() {
+            if let crate::storage::FsyncPolicy::Interval(interval) = log.config().fsync
+                && log.sync_due(interval)
+                && let Err(error) = log.sync().await
+            {
+                warn!(dir = %log.dir().display(), %error, "interval sync failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,665 @@
+//! A native-protocol connection: a reader task that decodes requests in order, and a writer
+//! task that answers them in the same order.
+//!
+//! The reader does everything that must happen in request order: it stages local produce
+//! batches straight from its read buffer (no copy but the one into the partition's pending
+//! buffer, no allocation), and sends calls for other cores into the mesh. It hands the
+//! writer one [`Pending`] per request through a bounded queue; when the queue is full the
+//! reader stops reading, and TCP pushes back on the client. The writer waits for each
+//! answer in turn (a group commit, a mesh reply, a long-poll) and writes it, batching
+//! responses that are ready together into one send, and sends fetched batches from the
+//! segment files with sendfile.
+
+use std::cell::RefCell;
+use std::fs::File;
+use std::future::Future;
+use std::io;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::rc::Rc;
+
+use bytes::{Buf, BytesMut};
+use futures_lite::FutureExt;
+use futures_lite::future::poll_once;
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
+use glommio::net::TcpStream;
+use tracing::{debug, warn};
+
+use crate::protocol::native::{
+    self, ErrorCode, FrameCheck, MetadataResponse, PartitionMetadata, Request, TopicMetadata,
+    encode_error,
+};
+use crate::server::io::{read_exact, read_some, write_all};
+use crate::server::metrics::Metrics;
+use crate::server::sendfile::send_range;
+use crate::shard::mesh::{Answer, Call, SendPlan};
+use crate::shard::{Failure, Shard, stage_all};
+use crate::storage::{PartitionLog, Ticket};
+
+/// Initial and per-read size of a connection's read buffer.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+/// Responses ready to go are sent together once this many bytes are buffered.
+const WRITE_BATCH_BYTES: usize = 64 * 1024;
+/// Largest fetch response a client may ask for.
+pub const FETCH_BYTES_MAX: u32 = 64 * 1024 * 1024;
+
+/// What the writer must do to answer one request.
+enum Pending {
+    /// Batches staged on a local partition; answer once `last` is committed.
+    Produce {
+        correlation_id: u32,
+        log: Rc<PartitionLog>,
+        base_offset: u64,
+        last: Ticket,
+    },
+    /// A call already sent to another core; answer when it answers.
+    Remote {
+        correlation_id: u32,
+        reply: ReplyTicket,
+    },
+    Fetch {
+        correlation_id: u32,
+        topic: String,
+        partition: u32,
+        offset: u64,
+        max_bytes: u32,
+        max_wait_ms: u32,
+    },
+    /// Anything else: a future that yields the encoded response.
+    Later(Pin<Box<dyn Future<Output = Vec<u8>>>>),
+    Ready(Vec<u8>),
+}
+
+/// A mesh call in flight; dropping it forgets the call.
+struct ReplyTicket {
+    shard: Rc<Shard>,
+    id: u64,
+}
+
+impl Drop for ReplyTicket {
+    fn drop(&mut self) {
+        self.shard.mesh.forget(self.id);
+    }
+}
+
+/// Serves a native connection whose first byte was `first`.
+pub async fn serve(shard: Rc<Shard>, stream: RefCell<TcpStream>, first: u8) -> io::Result<()> {
+    let mut preface = [0u8; native::PREFACE_LEN];
+    preface[0] = first;
+    read_exact(&stream, &mut preface[1..]).await?;
+    let version = match native::check_preface(&preface) {
+        Ok(version) => version,
+        Err(_) => {
+            Metrics::inc(&shard.metrics.unknown_protocols);
+            warn!(first_bytes = ?preface, "connection speaks no known protocol; closed");
+            return Ok(());
+        }
+    };
+    write_all(&stream, &native::preface(native::VERSION)).await?;
+    if version != native::VERSION {
+        warn!(
+            version,
+            "client protocol version not supported; closed after the preface"
+        );
+        return Ok(());
+    }
+    stream
+        .borrow()
+        .set_read_timeout(Some(shard.config.idle_timeout))?;
+    let stream = Rc::new(stream);
+    let (tx, rx) = local_channel::new_bounded(shard.config.in_flight_max.max(1));
+    let writer = glommio::spawn_local(writer_loop(Rc::clone(&shard), Rc::clone(&stream), rx));
+    let read = reader_loop(&shard, &stream, tx).await;
+    // The queue's sender is gone: the writer answers what is queued, then ends.
+    let written = writer.await;
+    read.and(written)
+}
+
+enum Event {
+    Read(io::Result<usize>),
+    Shutdown,
+}
+
+async fn reader_loop(
+    shard: &Rc<Shard>,
+    stream: &RefCell<TcpStream>,
+    tx: LocalSender<Pending>,
+) -> io::Result<()> {
+    let limits = shard.config.log.limits;
+    let body_max = native::frame_body_max_bytes(&limits);
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    loop {
+        match native::check_frame(&buf, body_max) {
+            FrameCheck::Complete { frame_bytes } => {
+                let pending = dispatch(shard, &buf[native::FRAME_LEN_BYTES..frame_bytes]).await;
+                buf.advance(frame_bytes);
+                if tx.send(pending).await.is_err() {
+                    return Ok(()); // the writer failed; it reports why
+                }
+            }
+            FrameCheck::Incomplete { needed } => {
+                // Stop only between frames: a request half-read is finished first.
+                let at_boundary = buf.is_empty();
+                if at_boundary && shard.shutdown.is_requested() {
+                    return Ok(());
+                }
+                let len = buf.len();
+                buf.resize(len + needed.max(READ_CHUNK_BYTES), 0);
+                let read = async { Event::Read(read_some(stream, &mut buf[len..]).await) };
+                let event = if at_boundary {
+                    read.or(async {
+                        shard.shutdown.wait().await;
+                        Event::Shutdown
+                    })
+                    .await
+                } else {
+                    read.await
+                };
+                match event {
+                    Event::Shutdown => {
+                        buf.truncate(len);
+                        return Ok(());
+                    }
+                    Event::Read(Ok(0)) => return Ok(()),
+                    Event::Read(Ok(n)) => buf.truncate(len + n),
+                    Event::Read(Err(e)) => {
+                        if e.kind() == io::ErrorKind::TimedOut {
+                            Metrics::inc(&shard.metrics.connections_timed_out);
+                            debug!("idle connection closed");
+                        }
+                        return Err(e);
+                    }
+                }
+            }
+            FrameCheck::TooLarge { body_bytes } => {
+                Metrics::inc(&shard.metrics.frames_too_large);
+                let correlation_id = skip_frame(stream, &mut buf, body_bytes).await?;
+                warn!(
+                    body_bytes,
+                    body_max, "request frame over the limit; skipped"
+                );
+                let mut out = Vec::new();
+                let message =
+                    format!("frame of {body_bytes} bytes exceeds the limit of {body_max}");
+                encode_error(
+                    &mut out,
+                    correlation_id,
+                    ErrorCode::FrameTooLarge,
+                    &message,
+                    None,
+                );
+                if tx.send(Pending::Ready(out)).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Discards an oversized frame without buffering it; returns its correlation id (or 0 if
+/// the frame is too short to have one).
+async fn skip_frame(
+    stream: &RefCell<TcpStream>,
+    buf: &mut BytesMut,
+    body_bytes: u64,
+) -> io::Result<u32> {
+    let header_end = native::FRAME_LEN_BYTES + native::REQUEST_HEADER_LEN;
+    let frame_bytes = native::FRAME_LEN_BYTES as u64 + body_bytes;
+    let mut scratch = vec![0u8; READ_CHUNK_BYTES];
+    while (buf.len() as u64) < frame_bytes.min(header_end as u64) {
+        let n = read_some(stream, &mut scratch).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf.extend_from_slice(&scratch[..n]);
+    }
+    let correlation_id = if body_bytes >= native::REQUEST_HEADER_LEN as u64 {
+        u32::from_be_bytes(buf[8..12].try_into().expect("4 bytes"))
+    } else {
+        0
+    };
+    let mut left = frame_bytes;
+    let take = (buf.len() as u64).min(left);
+    buf.advance(take as usize);
+    left -= take;
+    while left > 0 {
+        let want = (left as usize).min(scratch.len());
+        let n = read_some(stream, &mut scratch[..want]).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        left -= n as u64;
+    }
+    Ok(correlation_id)
+}
+
+fn error_frame(shard: &Shard, correlation_id: u32, failure: &Failure) -> Vec<u8> {
+    Metrics::inc(&shard.metrics.request_errors);
+    let mut out = Vec::new();
+    encode_error(
+        &mut out,
+        correlation_id,
+        failure.code,
+        &failure.message,
+        failure.range,
+    );
+    out
+}
+
+/// Decodes one request and starts it; returns what the writer must do to answer it.
+async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
+    Metrics::inc(&shard.metrics.requests);
+    let limits = shard.config.log.limits;
+    let (header, request) = match native::decode_request(body, &limits) {
+        Ok(decoded) => decoded,
+        Err((header, error)) => {
+            Metrics::inc(&shard.metrics.requests_malformed);
+            if matches!(error, native::DecodeError::Batch(_)) {
+                Metrics::inc(&shard.metrics.bad_batches);
+            }
+            warn!(%error, "bad request");
+            let correlation_id = header.map_or(0, |h| h.correlation_id);
+            return Pending::Ready(error_frame(
+                shard,
+                correlation_id,
+                &Failure::new(error.code(), error.to_string()),
+            ));
+        }
+    };
+    let correlation_id = header.correlation_id;
+    let fail = |failure: Failure| Pending::Ready(error_frame(shard, correlation_id, &failure));
+    match request {
+        Request::Produce {
+            topic,
+            partition,
+            batches,
+        } => {
+            let meta = match shard.ensure_topic(topic).await {
+                Ok(meta) => meta,
+                Err(failure) => return fail(failure),
+            };
+            if partition >= meta.partitions {
+                return fail(unknown_partition(&meta.name, partition, meta.partitions));
+            }
+            let owner = shard.owner(&meta.name, partition);
+            if owner == shard.core {
+                let Some(log) = shard.local_log(&meta.name, partition) else {
+                    return fail(Failure::new(
+                        ErrorCode::UnknownTopic,
+                        format!("topic {} is being deleted", meta.name),
+                    ));
+                };
+                return match stage_all(&log, batches, &shard.metrics).await {
+                    Ok((base_offset, last)) => Pending::Produce {
+                        correlation_id,
+                        log,
+                        base_offset,
+                        last,
+                    },
+                    Err(failure) => fail(failure),
+                };
+            }
+            let call = Call::Produce {
+                topic: meta.name.clone(),
+                partition,
+                count: batches.count,
+                batches: bytes::Bytes::copy_from_slice(batches.as_bytes()),
+            };
+            Metrics::inc(&shard.metrics.mesh_calls);
+            match shard.mesh.start(owner, call).await {
+                Ok(id) => Pending::Remote {
+                    correlation_id,
+                    reply: ReplyTicket {
+                        shard: Rc::clone(shard),
+                        id,
+                    },
+                },
+                Err(failure) => fail(failure),
+            }
+        }
+        Request::Fetch {
+            topic,
+            partition,
+            offset,
+            max_bytes,
+            max_wait_ms,
+        } => match shard.ensure_topic(topic).await {
+            Ok(meta) => Pending::Fetch {
+                correlation_id,
+                topic: meta.name.clone(),
+                partition,
+                offset,
+                max_bytes: max_bytes.min(FETCH_BYTES_MAX),
+                max_wait_ms,
+            },
+            Err(failure) => fail(failure),
+        },
+        Request::ListOffsets {
+            topic,
+            partition,
+            spec,
+        } => {
+            let Ok(topic) = std::str::from_utf8(topic).map(str::to_string) else {
+                return fail(Failure::new(
+                    ErrorCode::InvalidName,
+                    "topic name is not UTF-8",
+                ));
+            };
+            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+                let owner = shard.owner(&topic, partition);
+                match shard
+                    .route(
+                        owner,
+                        Call::ListOffsets {
+                            topic,
+                            partition,
+                            spec,
+                        },
+                    )
+                    .await
+                {
+                    Answer::Offset(offset) => {
+                        let mut out = Vec::new();
+                        native::encode_offset_response(&mut out, correlation_id, offset);
+                        Ok(out)
+                    }
+                    Answer::Failed(failure) => Err(failure),
+                    other => Err(other.unexpected()),
+                }
+            })
+        }
+        Request::CreateTopic { name, settings } => {
+            let name = name.to_vec();
+            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+                shard
+                    .create_topic(&name, &settings)
+                    .await
+                    .map(|()| empty(correlation_id))
+            })
+        }
+        Request::DeleteTopic { name } => {
+            let name = name.to_vec();
+            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+                shard
+                    .delete_topic(&name)
+                    .await
+                    .map(|()| empty(correlation_id))
+            })
+        }
+        Request::Metadata { topics } => {
+            let names: Vec<Vec<u8>> = topics.into_iter().map(<[u8]>::to_vec).collect();
+            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+                let metadata = metadata(&shard, names).await;
+                let mut out = Vec::new();
+                native::encode_metadata_response(&mut out, correlation_id, &metadata);
+                Ok(out)
+            })
+        }
+        Request::CommitOffset { .. }
+        | Request::FetchOffset { .. }
+        | Request::ListGroups
+        | Request::DescribeGroup { .. } => fail(Failure::new(
+            ErrorCode::UnsupportedApi,
+            "consumer group offsets are not served by this build yet",
+        )),
+    }
+}
+
+fn empty(correlation_id: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    native::encode_empty_response(&mut out, correlation_id, ErrorCode::None);
+    out
+}
+
+fn unknown_partition(topic: &str, partition: u32, partitions: u32) -> Failure {
+    Failure::new(
+        ErrorCode::UnknownPartition,
+        format!("topic {topic} has {partitions} partitions; {partition} does not exist"),
+    )
+}
+
+/// Wraps a handler that runs when the writer reaches it.
+fn later<F>(shard: &Rc<Shard>, correlation_id: u32, handler: F) -> Pending
+where
+    F: AsyncFnOnce(Rc<Shard>) -> Result<Vec<u8>, Failure> + 'static,
+{
+    let shard = Rc::clone(shard);
+    Pending::Later(Box::pin(async move {
+        match handler(Rc::clone(&shard)).await {
+            Ok(frame) => frame,
+            Err(failure) => error_frame(&shard, correlation_id, &failure),
+        }
+    }))
+}
+
+async fn metadata(shard: &Rc<Shard>, names: Vec<Vec<u8>>) -> MetadataResponse {
+    let names: Vec<String> = if names.is_empty() {
+        shard.topic_names()
+    } else {
+        names
+            .iter()
+            .map(|n| String::from_utf8_lossy(n).into_owned())
+            .collect()
+    };
+    let core_ports = (0..shard.cores())
+        .map(|core| shard.config.shard_port(core).unwrap_or(0))
+        .collect();
+    let mut topics = Vec::with_capacity(names.len());
+    for name in names {
+        let Some(meta) = shard.topic(&name) else {
+            topics.push(TopicMetadata {
+                name,
+                error: ErrorCode::UnknownTopic as u16,
+                settings: Default::default(),
+                partitions: Vec::new(),
+            });
+            continue;
+        };
+        let mut partitions = Vec::with_capacity(meta.partitions as usize);
+        for partition in 0..meta.partitions {
+            let owner = shard.owner(&name, partition);
+            let call = Call::PartitionState {
+                topic: name.clone(),
+                partition,
+            };
+            let (log_start_offset, high_watermark) = match shard.route(owner, call).await {
+                Answer::PartitionState {
+                    log_start_offset,
+                    high_watermark,
+                } => (log_start_offset, high_watermark),
+                _ => (0, 0),
+            };
+            partitions.push(PartitionMetadata {
+                owner_core: u16::try_from(owner).unwrap_or(u16::MAX),
+                log_start_offset,
+                high_watermark,
+            });
+        }
+        topics.push(TopicMetadata {
+            name,
+            error: 0,
+            settings: meta.settings(),
+            partitions,
+        });
+    }
+    MetadataResponse { core_ports, topics }
+}
+
+async fn writer_loop(
+    shard: Rc<Shard>,
+    stream: Rc<RefCell<TcpStream>>,
+    rx: LocalReceiver<Pending>,
+) -> io::Result<()> {
+    let mut out = Vec::with_capacity(WRITE_BATCH_BYTES);
+    loop {
+        let pending = match poll_once(rx.recv()).await {
+            Some(Some(pending)) => pending,
+            Some(None) => break,
+            None => {
+                flush(&stream, &mut out).await?;
+                match rx.recv().await {
+                    Some(pending) => pending,
+                    None => break,
+                }
+            }
+        };
+        match pending {
+            Pending::Produce {
+                correlation_id,
+                log,
+                base_offset,
+                last,
+            } => {
+                if !log.is_committed(&last).unwrap_or(true) {
+                    // Send what is ready before waiting for the fsync.
+                    flush(&stream, &mut out).await?;
+                }
+                match log.commit(last).await {
+                    Ok(()) => native::encode_produce_response(
+                        &mut out,
+                        correlation_id,
+                        base_offset,
+                        last.end_offset,
+                    ),
+                    Err(error) => out.extend(error_frame(&shard, correlation_id, &error.into())),
+                }
+            }
+            Pending::Remote {
+                correlation_id,
+                reply,
+            } => {
+                if !shard.mesh.is_answered(reply.id) {
+                    flush(&stream, &mut out).await?;
+                }
+                match shard.mesh.finish(reply.id).await {
+                    Answer::Produced {
+                        base_offset,
+                        next_offset,
+                    } => native::encode_produce_response(
+                        &mut out,
+                        correlation_id,
+                        base_offset,
+                        next_offset,
+                    ),
+                    Answer::Failed(failure) => {
+                        out.extend(error_frame(&shard, correlation_id, &failure))
+                    }
+                    other => out.extend(error_frame(&shard, correlation_id, &other.unexpected())),
+                }
+            }
+            Pending::Fetch {
+                correlation_id,
+                topic,
+                partition,
+                offset,
+                max_bytes,
+                max_wait_ms,
+            } => {
+                flush(&stream, &mut out).await?;
+                let owner = shard.owner(&topic, partition);
+                let call = Call::Fetch {
+                    topic,
+                    partition,
+                    offset,
+                    max_bytes,
+                    max_wait_ms,
+                };
+                match shard.route(owner, call).await {
+                    Answer::Plan(plan) => {
+                        send_fetch(&shard, &stream, &mut out, correlation_id, plan).await?
+                    }
+                    Answer::Failed(failure) => {
+                        out.extend(error_frame(&shard, correlation_id, &failure))
+                    }
+                    other => out.extend(error_frame(&shard, correlation_id, &other.unexpected())),
+                }
+            }
+            Pending::Later(future) => {
+                flush(&stream, &mut out).await?;
+                out.extend(future.await);
+            }
+            Pending::Ready(frame) => out.extend(frame),
+        }
+        if out.len() >= WRITE_BATCH_BYTES {
+            flush(&stream, &mut out).await?;
+        }
+    }
+    flush(&stream, &mut out).await
+}
+
+async fn flush(stream: &RefCell<TcpStream>, out: &mut Vec<u8>) -> io::Result<()> {
+    if !out.is_empty() {
+        write_all(stream, out).await?;
+        out.clear();
+    }
+    Ok(())
+}
+
+/// Writes a fetch response: the head from user space, the batches from the file.
+async fn send_fetch(
+    shard: &Shard,
+    stream: &RefCell<TcpStream>,
+    out: &mut Vec<u8>,
+    correlation_id: u32,
+    plan: SendPlan,
+) -> io::Result<()> {
+    let file = if plan.length > 0 {
+        match shard.segment_files.open(&plan.wal_path) {
+            Ok(file) => Some(file),
+            Err(error) => {
+                let failure = Failure::new(
+                    ErrorCode::StorageError,
+                    format!("cannot open {}: {error}", plan.wal_path.display()),
+                );
+                out.extend(error_frame(shard, correlation_id, &failure));
+                return Ok(());
+            }
+        }
+    } else {
+        None
+    };
+    let data_bytes = u32::try_from(plan.length).expect("fetches are capped under 4 GiB");
+    native::encode_fetch_head(
+        out,
+        correlation_id,
+        plan.high_watermark,
+        plan.log_start_offset,
+        plan.crcs.iter().copied(),
+        data_bytes,
+    );
+    flush(stream, out).await?;
+    if let Some(file) = file {
+        send_range(stream, &file, plan.position, plan.length, plan.hot).await?;
+        shard
+            .metrics
+            .bytes_out
+            .set(shard.metrics.bytes_out.get() + plan.length);
+    }
+    Ok(())
+}
+
+/// Read-only descriptors of segment files, opened once per core and shared by every
+/// connection on it. A descriptor keeps its file readable even after retention or
+/// compaction unlinks it, so a fetch planned just before never fails midway.
+#[derive(Default)]
+pub struct SegmentFiles {
+    files: RefCell<std::collections::HashMap<PathBuf, Rc<File>>>,
+}
+
+/// Descriptors kept open per core; past this the cache starts over.
+const SEGMENT_FILES_MAX: usize = 1024;
+
+impl SegmentFiles {
+    pub fn open(&self, path: &std::path::Path) -> io::Result<Rc<File>> {
+        if let Some(file) = self.files.borrow().get(path) {
+            return Ok(Rc::clone(file));
+        }
+        let file = Rc::new(File::open(path)?);
+        let mut files = self.files.borrow_mut();
+        if files.len() >= SEGMENT_FILES_MAX {
+            files.clear();
+        }
+        files.insert(path.to_path_buf(), Rc::clone(&file));
+        Ok(file)
+    }
+}

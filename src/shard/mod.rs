@@ -1,0 +1,591 @@
+//! Per-core state: the topics this core knows, the partitions it owns, its end of the mesh,
+//! and the request handlers that run where the data lives.
+//!
+//! - [`routing`]: which core owns a partition (FNV-1a).
+//! - [`mesh`]: calls and answers between cores.
+//! - [`topics`]: topic metadata, its files, and the controller's create/delete.
+
+pub mod mesh;
+pub mod routing;
+pub mod topics;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_lite::FutureExt;
+use tracing::{info, warn};
+
+use crate::config::BrokerConfig;
+use crate::limits::validate_name;
+use crate::protocol::native::{ErrorCode, OffsetSpec, ProduceBatches, TopicSettings};
+use crate::shard::mesh::{Answer, Call, Mesh, SendPlan};
+use crate::shard::topics::TopicMeta;
+use crate::storage::watch::Watch;
+use crate::storage::{PartitionLog, StorageError};
+
+/// The controller: the core that creates and deletes topics.
+pub const CONTROLLER_CORE: usize = 0;
+
+/// An error answer: a code for the client, a message for humans, and for
+/// `OffsetOutOfRange` the range that is there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    pub code: ErrorCode,
+    pub message: String,
+    pub range: Option<(u64, u64)>,
+}
+
+impl Failure {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+            range: None,
+        }
+    }
+}
+
+impl From<StorageError> for Failure {
+    fn from(e: StorageError) -> Failure {
+        let code = match &e {
+            StorageError::BadBatch(record) => record.into(),
+            StorageError::BatchLength { .. } => ErrorCode::Malformed,
+            StorageError::OffsetOutOfRange {
+                earliest, latest, ..
+            } => {
+                return Failure {
+                    code: ErrorCode::OffsetOutOfRange,
+                    message: e.to_string(),
+                    range: Some((*earliest, *latest)),
+                };
+            }
+            StorageError::Fenced { .. } => ErrorCode::Fenced,
+            StorageError::Corrupt { .. } => ErrorCode::CorruptData,
+            StorageError::Closed => ErrorCode::ShuttingDown,
+            StorageError::Config { .. } => ErrorCode::InvalidConfig,
+            _ if kind_of(&e) == Some(std::io::ErrorKind::StorageFull) => ErrorCode::StorageFull,
+            _ => ErrorCode::StorageError,
+        };
+        Failure::new(code, e.to_string())
+    }
+}
+
+fn kind_of(e: &StorageError) -> Option<std::io::ErrorKind> {
+    match e {
+        StorageError::WriteFailed { kind } => Some(*kind),
+        StorageError::Io { source, .. } => Some(source.kind()),
+        _ => None,
+    }
+}
+
+/// Set once when the broker is asked to stop; every core watches it.
+#[derive(Default)]
+pub struct Shutdown {
+    requested: std::cell::Cell<bool>,
+    watch: Watch,
+}
+
+impl Shutdown {
+    pub fn request(&self) {
+        if !self.requested.replace(true) {
+            self.watch.notify_all();
+        }
+    }
+
+    pub fn is_requested(&self) -> bool {
+        self.requested.get()
+    }
+
+    /// Resolves once shutdown is requested.
+    pub async fn wait(&self) {
+        while !self.requested.get() {
+            self.watch.changed().await;
+        }
+    }
+}
+
+/// One core's share of the broker.
+pub struct Shard {
+    pub core: usize,
+    pub config: Arc<BrokerConfig>,
+    pub mesh: Mesh,
+    pub shutdown: Shutdown,
+    pub metrics: crate::server::metrics::Metrics,
+    pub segment_files: crate::server::native::SegmentFiles,
+    topics: RefCell<HashMap<String, Rc<TopicMeta>>>,
+    /// Partitions this core owns, by topic then partition number.
+    partitions: RefCell<HashMap<String, Vec<Option<Rc<PartitionLog>>>>>,
+    /// Serializes topic creation and deletion on the controller.
+    controller_lock: glommio::sync::Semaphore,
+}
+
+impl Shard {
+    pub fn new(core: usize, config: Arc<BrokerConfig>, mesh: Mesh) -> Shard {
+        Shard {
+            core,
+            config,
+            mesh,
+            shutdown: Shutdown::default(),
+            metrics: Default::default(),
+            segment_files: Default::default(),
+            topics: RefCell::new(HashMap::new()),
+            partitions: RefCell::new(HashMap::new()),
+            controller_lock: glommio::sync::Semaphore::new(1),
+        }
+    }
+
+    pub fn cores(&self) -> usize {
+        self.config.cores
+    }
+
+    pub fn owner(&self, topic: &str, partition: u32) -> usize {
+        routing::partition_owner(topic, partition, self.cores())
+    }
+
+    /// Loads every topic from disk and opens the partitions this core owns (recovering
+    /// them if the last stop was not clean).
+    pub async fn load(self: &Rc<Self>) -> Result<(), StorageError> {
+        let metas = topics::load_all(&self.config.data_dir, &self.config.log)?;
+        for meta in metas {
+            self.open_topic(meta).await?;
+        }
+        let owned: usize = self
+            .partitions
+            .borrow()
+            .values()
+            .map(|v| v.iter().flatten().count())
+            .sum();
+        info!(
+            core = self.core,
+            topics = self.topics.borrow().len(),
+            partitions_owned = owned,
+            "core loaded"
+        );
+        Ok(())
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Rc<TopicMeta>> {
+        self.topics.borrow().get(name).cloned()
+    }
+
+    pub fn topic_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.topics.borrow().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    /// The log of a partition this core owns.
+    pub fn local_log(&self, topic: &str, partition: u32) -> Option<Rc<PartitionLog>> {
+        self.partitions
+            .borrow()
+            .get(topic)
+            .and_then(|v| v.get(partition as usize).cloned().flatten())
+    }
+
+    /// Every partition log this core owns.
+    pub fn local_logs(&self) -> Vec<Rc<PartitionLog>> {
+        self.partitions
+            .borrow()
+            .values()
+            .flat_map(|v| v.iter().flatten().cloned())
+            .collect()
+    }
+
+    /// Registers a topic and opens the partitions this core owns.
+    async fn open_topic(self: &Rc<Self>, meta: TopicMeta) -> Result<(), StorageError> {
+        let meta = Rc::new(meta);
+        let mut logs = vec![None; meta.partitions as usize];
+        let log_config = meta.log_config(&self.config.log);
+        for partition in 0..meta.partitions {
+            if self.owner(&meta.name, partition) != self.core {
+                continue;
+            }
+            let dir = topics::partition_dir(&self.config.data_dir, &meta.name, partition);
+            logs[partition as usize] = Some(PartitionLog::open(&dir, log_config.clone()).await?);
+        }
+        self.partitions.borrow_mut().insert(meta.name.clone(), logs);
+        self.topics.borrow_mut().insert(meta.name.clone(), meta);
+        Ok(())
+    }
+
+    /// Forgets a topic; its partition logs close when their last user lets go.
+    fn drop_topic(&self, name: &str) {
+        self.topics.borrow_mut().remove(name);
+        self.partitions.borrow_mut().remove(name);
+    }
+
+    /// Routes a call to the core that owns the data, or runs it here.
+    pub async fn route(self: &Rc<Self>, owner: usize, call: Call) -> Answer {
+        if owner == self.core {
+            self.handle(call).await
+        } else {
+            self.metrics
+                .mesh_calls
+                .set(self.metrics.mesh_calls.get() + 1);
+            self.mesh.call(owner, call).await
+        }
+    }
+
+    /// Runs a call on this core (it owns the data, or it is the controller).
+    pub async fn handle(self: &Rc<Self>, call: Call) -> Answer {
+        let result = match call {
+            Call::Produce {
+                topic,
+                partition,
+                count,
+                batches,
+            } => self.produce_local(&topic, partition, count, &batches).await,
+            Call::Fetch {
+                topic,
+                partition,
+                offset,
+                max_bytes,
+                max_wait_ms,
+            } => self
+                .fetch_local(&topic, partition, offset, max_bytes, max_wait_ms)
+                .await
+                .map(Answer::Plan),
+            Call::ListOffsets {
+                topic,
+                partition,
+                spec,
+            } => self
+                .list_offsets_local(&topic, partition, spec)
+                .map(Answer::Offset),
+            Call::PartitionState { topic, partition } => {
+                self.owned_log(&topic, partition)
+                    .map(|log| Answer::PartitionState {
+                        log_start_offset: log.log_start_offset(),
+                        high_watermark: log.high_watermark(),
+                    })
+            }
+            Call::CreateTopic {
+                meta,
+                if_not_exists,
+            } => self.create_topic_controller(meta, if_not_exists).await,
+            Call::DeleteTopic { name } => self.delete_topic_controller(&name).await,
+            Call::OpenTopic { meta } => self
+                .open_topic(meta)
+                .await
+                .map(|()| Answer::Done)
+                .map_err(Failure::from),
+            Call::DropTopic { name } => {
+                self.drop_topic(&name);
+                Ok(Answer::Done)
+            }
+        };
+        result.unwrap_or_else(Answer::Failed)
+    }
+
+    fn owned_log(&self, topic: &str, partition: u32) -> Result<Rc<PartitionLog>, Failure> {
+        if let Some(log) = self.local_log(topic, partition) {
+            return Ok(log);
+        }
+        Err(match self.topic(topic) {
+            None => Failure::new(ErrorCode::UnknownTopic, format!("unknown topic {topic}")),
+            Some(meta) if partition >= meta.partitions => Failure::new(
+                ErrorCode::UnknownPartition,
+                format!(
+                    "topic {topic} has {} partitions; {partition} does not exist",
+                    meta.partitions
+                ),
+            ),
+            Some(_) => Failure::new(
+                ErrorCode::Internal,
+                format!("{topic}/{partition} is not owned by core {}", self.core),
+            ),
+        })
+    }
+
+    async fn produce_local(
+        &self,
+        topic: &str,
+        partition: u32,
+        count: u32,
+        batches: &Bytes,
+    ) -> Result<Answer, Failure> {
+        let log = self.owned_log(topic, partition)?;
+        let batches = ProduceBatches::from_validated(count, batches, self.config.log.limits);
+        let (base_offset, last) = stage_all(&log, batches, &self.metrics).await?;
+        log.commit(last).await?;
+        Ok(Answer::Produced {
+            base_offset,
+            next_offset: last.end_offset,
+        })
+    }
+
+    /// Plans a read on a partition this core owns, long-polling up to `max_wait_ms` when the
+    /// offset is at the high watermark.
+    async fn fetch_local(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max_bytes: u32,
+        max_wait_ms: u32,
+    ) -> Result<SendPlan, Failure> {
+        let log = self.owned_log(topic, partition)?;
+        let wait = Duration::from_millis(max_wait_ms.into()).min(self.config.fetch_wait_max);
+        let deadline = Instant::now() + wait;
+        loop {
+            let plan = log.read_plan(offset, u64::from(max_bytes.max(1)))?;
+            let now = Instant::now();
+            if !plan.is_empty() || now >= deadline || self.shutdown.is_requested() {
+                let active_base = log.segments().last().map_or(0, |s| s.0);
+                return Ok(SendPlan {
+                    wal_path: crate::storage::segment::wal_path(
+                        log.dir(),
+                        plan.segment_base_offset,
+                    ),
+                    position: plan.position,
+                    length: plan.length,
+                    crcs: plan.batches.iter().map(|b| b.crc).collect(),
+                    high_watermark: plan.high_watermark,
+                    log_start_offset: plan.log_start_offset,
+                    hot: plan.segment_base_offset == active_base,
+                });
+            }
+            // Wake on new data, at the deadline, or at shutdown, whichever comes first.
+            let changed = log.changed();
+            let timer = glommio::timer::sleep(deadline - now);
+            let stop = self.shutdown.wait();
+            changed.or(timer).or(stop).await;
+        }
+    }
+
+    fn list_offsets_local(
+        &self,
+        topic: &str,
+        partition: u32,
+        spec: OffsetSpec,
+    ) -> Result<u64, Failure> {
+        let log = self.owned_log(topic, partition)?;
+        Ok(match spec {
+            OffsetSpec::Earliest => log.log_start_offset(),
+            OffsetSpec::Latest => log.high_watermark(),
+            OffsetSpec::Timestamp(ts) => log
+                .offset_for_timestamp(ts)
+                .unwrap_or_else(|| log.high_watermark()),
+        })
+    }
+
+    /// Makes sure a topic exists, creating it with one partition if it does not (produce and
+    /// fetch create topics on demand).
+    pub async fn ensure_topic(self: &Rc<Self>, name: &[u8]) -> Result<Rc<TopicMeta>, Failure> {
+        let name = validate_name(name).map_err(|e| {
+            self.metrics.bad_names.set(self.metrics.bad_names.get() + 1);
+            Failure::new(ErrorCode::InvalidName, format!("invalid topic name: {e}"))
+        })?;
+        if let Some(meta) = self.topic(name) {
+            return Ok(meta);
+        }
+        let settings = TopicSettings {
+            partitions: 1,
+            ..Default::default()
+        };
+        let meta = TopicMeta::from_settings(name, &settings, &self.config.log)
+            .map_err(|(code, msg)| Failure::new(code, msg))?;
+        match self
+            .route(
+                CONTROLLER_CORE,
+                Call::CreateTopic {
+                    meta,
+                    if_not_exists: true,
+                },
+            )
+            .await
+        {
+            Answer::Done => {}
+            Answer::Failed(failure) => return Err(failure),
+            other => return Err(other.unexpected()),
+        }
+        self.topic(name).ok_or_else(|| {
+            Failure::new(
+                ErrorCode::Internal,
+                format!("topic {name} was created but is not known here"),
+            )
+        })
+    }
+
+    /// Creates a topic from a client's request (on any core; forwarded to the controller).
+    pub async fn create_topic(
+        self: &Rc<Self>,
+        name: &[u8],
+        settings: &TopicSettings,
+    ) -> Result<(), Failure> {
+        let name = validate_name(name).map_err(|e| {
+            Failure::new(ErrorCode::InvalidName, format!("invalid topic name: {e}"))
+        })?;
+        let meta = TopicMeta::from_settings(name, settings, &self.config.log)
+            .map_err(|(code, msg)| Failure::new(code, msg))?;
+        match self
+            .route(
+                CONTROLLER_CORE,
+                Call::CreateTopic {
+                    meta,
+                    if_not_exists: false,
+                },
+            )
+            .await
+        {
+            Answer::Done => Ok(()),
+            Answer::Failed(failure) => Err(failure),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    pub async fn delete_topic(self: &Rc<Self>, name: &[u8]) -> Result<(), Failure> {
+        let name = validate_name(name).map_err(|e| {
+            Failure::new(ErrorCode::InvalidName, format!("invalid topic name: {e}"))
+        })?;
+        match self
+            .route(
+                CONTROLLER_CORE,
+                Call::DeleteTopic {
+                    name: name.to_string(),
+                },
+            )
+            .await
+        {
+            Answer::Done => Ok(()),
+            Answer::Failed(failure) => Err(failure),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    async fn create_topic_controller(
+        self: &Rc<Self>,
+        meta: TopicMeta,
+        if_not_exists: bool,
+    ) -> Result<Answer, Failure> {
+        assert_eq!(self.core, CONTROLLER_CORE);
+        let _lock = self
+            .controller_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| Failure::new(ErrorCode::Internal, e.to_string()))?;
+        if self.topic(&meta.name).is_some() {
+            return if if_not_exists {
+                Ok(Answer::Done)
+            } else {
+                Err(Failure::new(
+                    ErrorCode::TopicExists,
+                    format!("topic {} exists", meta.name),
+                ))
+            };
+        }
+        if self.topics.borrow().len() >= self.config.topics_max {
+            self.metrics
+                .topic_limit_hits
+                .set(self.metrics.topic_limit_hits.get() + 1);
+            warn!(topic = %meta.name, limit = self.config.topics_max, "topic limit reached");
+            return Err(Failure::new(
+                ErrorCode::TopicLimit,
+                format!(
+                    "the broker holds its maximum of {} topics",
+                    self.config.topics_max
+                ),
+            ));
+        }
+        meta.persist(&self.config.data_dir).map_err(Failure::from)?;
+        info!(topic = %meta.name, partitions = meta.partitions, "topic created");
+        self.broadcast(|| Call::OpenTopic { meta: meta.clone() })
+            .await
+    }
+
+    async fn delete_topic_controller(self: &Rc<Self>, name: &str) -> Result<Answer, Failure> {
+        assert_eq!(self.core, CONTROLLER_CORE);
+        let _lock = self
+            .controller_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| Failure::new(ErrorCode::Internal, e.to_string()))?;
+        if self.topic(name).is_none() {
+            return Err(Failure::new(
+                ErrorCode::UnknownTopic,
+                format!("unknown topic {name}"),
+            ));
+        }
+        self.broadcast(|| Call::DropTopic {
+            name: name.to_string(),
+        })
+        .await?;
+        topics::remove_topic_dir(&self.config.data_dir, name).map_err(Failure::from)?;
+        info!(topic = %name, "topic deleted");
+        Ok(Answer::Done)
+    }
+
+    /// Runs a call on every core in order; the first failure stops it.
+    async fn broadcast(self: &Rc<Self>, make: impl Fn() -> Call) -> Result<Answer, Failure> {
+        for core in 0..self.cores() {
+            // Boxed: `route` may run `handle`, which runs this (topic calls on the controller).
+            match Box::pin(self.route(core, make())).await {
+                Answer::Done => {}
+                Answer::Failed(failure) => return Err(failure),
+                other => return Err(other.unexpected()),
+            }
+        }
+        Ok(Answer::Done)
+    }
+
+    /// Flushes, syncs and closes every partition this core owns (clean shutdown).
+    pub async fn close_all(&self) {
+        for log in self.local_logs() {
+            if let Err(error) = log.close().await {
+                warn!(dir = %log.dir().display(), %error, "partition did not close cleanly");
+            }
+        }
+    }
+}
+
+/// Stages every batch of a produce request on `log`; returns the first offset and the
+/// ticket of the last batch (committing it commits them all: group commit is in order).
+pub async fn stage_all(
+    log: &Rc<PartitionLog>,
+    batches: ProduceBatches<'_>,
+    metrics: &crate::server::metrics::Metrics,
+) -> Result<(u64, crate::storage::Ticket), Failure> {
+    // A request is stored whole or not at all: with several batches, check every CRC before
+    // staging the first, so a bad one cannot leave its predecessors stored behind an error
+    // (a client retrying that error would duplicate them). A single batch is checked by
+    // `stage` itself, in the same pass that computes the stored CRC.
+    if batches.count > 1 {
+        for (crc, batch) in batches.iter() {
+            let actual = crate::protocol::record::batch_crc(batch);
+            if actual != crc {
+                metrics.bad_batches.set(metrics.bad_batches.get() + 1);
+                return Err(StorageError::from(
+                    crate::protocol::record::RecordError::CrcMismatch {
+                        expected: crc,
+                        actual,
+                    },
+                )
+                .into());
+            }
+        }
+    }
+    let mut first = None;
+    let mut last = None;
+    for (crc, batch) in batches.iter() {
+        let crc = (batches.count == 1).then_some(crc);
+        let ticket = log.stage(batch, crc).await.inspect_err(|e| {
+            if matches!(e, StorageError::BadBatch(_)) {
+                metrics.bad_batches.set(metrics.bad_batches.get() + 1);
+            }
+        })?;
+        first.get_or_insert(ticket.base_offset);
+        last = Some(ticket);
+        metrics.batches_in.set(metrics.batches_in.get() + 1);
+        metrics
+            .bytes_in
+            .set(metrics.bytes_in.get() + batch.len() as u64);
+    }
+    Ok((
+        first.expect("produce requests carry ≥ 1 batch"),
+        last.expect("≥ 1 batch"),
+    ))
+}

@@ -1,0 +1,304 @@
+//! Topic metadata: what a topic is (partitions, durability, segment size, retention,
+//! cleanup), how it is stored (`<data>/topics/<name>/topic.meta`), and the per-core registry.
+//!
+//! Core 0 is the controller: it alone creates and deletes topics, so two clients racing to
+//! create the same topic cannot both win. Every core reads the metadata files at start and
+//! learns of later changes from the controller over the mesh.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::protocol::native::{ErrorCode, TopicSettings};
+use crate::storage::open::sync_dir;
+use crate::storage::{FsyncPolicy, LogConfig, SEGMENT_BYTES_MAX, StorageError};
+
+/// File holding a topic's settings inside its directory.
+pub const META_FILE: &str = "topic.meta";
+/// Most partitions one topic may have.
+pub const PARTITIONS_MAX: u32 = 4096;
+
+/// How old data leaves a topic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cleanup {
+    Delete,
+    Compact,
+}
+
+/// A topic's settings, immutable once created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMeta {
+    pub name: String,
+    pub partitions: u32,
+    /// `None`: the broker's policy.
+    pub fsync: Option<FsyncPolicy>,
+    pub segment_bytes: u64,
+    pub retention_bytes: Option<u64>,
+    pub retention: Option<Duration>,
+    pub cleanup: Cleanup,
+}
+
+/// Directory of all topics.
+pub fn topics_dir(data_dir: &Path) -> PathBuf {
+    data_dir.join("topics")
+}
+
+/// Directory of one partition.
+pub fn partition_dir(data_dir: &Path, topic: &str, partition: u32) -> PathBuf {
+    topics_dir(data_dir).join(topic).join(partition.to_string())
+}
+
+impl TopicMeta {
+    /// Settings from a create request, defaults filled in from the broker's.
+    pub fn from_settings(
+        name: &str,
+        settings: &TopicSettings,
+        defaults: &LogConfig,
+    ) -> Result<TopicMeta, (ErrorCode, String)> {
+        let invalid = |why: String| Err((ErrorCode::InvalidConfig, why));
+        let partitions = if settings.partitions == 0 {
+            1
+        } else {
+            settings.partitions
+        };
+        if partitions > PARTITIONS_MAX {
+            return invalid(format!("{partitions} partitions; at most {PARTITIONS_MAX}"));
+        }
+        let fsync = match settings.fsync {
+            0 => None,
+            1 => Some(FsyncPolicy::Always),
+            2 => Some(FsyncPolicy::Never),
+            3 if settings.fsync_interval_ms > 0 => Some(FsyncPolicy::Interval(
+                Duration::from_millis(settings.fsync_interval_ms.into()),
+            )),
+            other => {
+                return invalid(format!(
+                    "fsync setting {other} (interval {} ms)",
+                    settings.fsync_interval_ms
+                ));
+            }
+        };
+        let segment_bytes = if settings.segment_bytes == 0 {
+            defaults.segment_bytes
+        } else {
+            settings.segment_bytes
+        };
+        if !(4096..=SEGMENT_BYTES_MAX).contains(&segment_bytes) {
+            return invalid(format!(
+                "segment bytes {segment_bytes}; must be 4 KiB..1 GiB"
+            ));
+        }
+        let cleanup = match settings.cleanup {
+            0 => Cleanup::Delete,
+            1 => Cleanup::Compact,
+            other => return invalid(format!("cleanup policy {other}")),
+        };
+        Ok(TopicMeta {
+            name: name.to_string(),
+            partitions,
+            fsync,
+            segment_bytes,
+            retention_bytes: (settings.retention_bytes > 0).then_some(settings.retention_bytes),
+            retention: (settings.retention_ms > 0)
+                .then(|| Duration::from_millis(settings.retention_ms)),
+            cleanup,
+        })
+    }
+
+    /// The settings as they travel in metadata responses.
+    pub fn settings(&self) -> TopicSettings {
+        let (fsync, fsync_interval_ms) = match self.fsync {
+            None => (0, 0),
+            Some(FsyncPolicy::Always) => (1, 0),
+            Some(FsyncPolicy::Never) => (2, 0),
+            Some(FsyncPolicy::Interval(d)) => (3, u32::try_from(d.as_millis()).unwrap_or(u32::MAX)),
+        };
+        TopicSettings {
+            partitions: self.partitions,
+            fsync,
+            fsync_interval_ms,
+            segment_bytes: self.segment_bytes,
+            retention_bytes: self.retention_bytes.unwrap_or(0),
+            retention_ms: self
+                .retention
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            cleanup: match self.cleanup {
+                Cleanup::Delete => 0,
+                Cleanup::Compact => 1,
+            },
+        }
+    }
+
+    /// The log settings of this topic's partitions.
+    pub fn log_config(&self, defaults: &LogConfig) -> LogConfig {
+        LogConfig {
+            segment_bytes: self.segment_bytes,
+            fsync: self.fsync.unwrap_or(defaults.fsync),
+            ..defaults.clone()
+        }
+    }
+
+    fn encode(&self) -> String {
+        let s = self.settings();
+        format!(
+            "partitions={}\nfsync={}\nfsync_interval_ms={}\nsegment_bytes={}\nretention_bytes={}\nretention_ms={}\ncleanup={}\n",
+            s.partitions,
+            s.fsync,
+            s.fsync_interval_ms,
+            s.segment_bytes,
+            s.retention_bytes,
+            s.retention_ms,
+            s.cleanup
+        )
+    }
+
+    fn decode(name: &str, text: &str, defaults: &LogConfig) -> Option<TopicMeta> {
+        let mut s = TopicSettings::default();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let (key, value) = line.split_once('=')?;
+            let value = value.trim();
+            match key.trim() {
+                "partitions" => s.partitions = value.parse().ok()?,
+                "fsync" => s.fsync = value.parse().ok()?,
+                "fsync_interval_ms" => s.fsync_interval_ms = value.parse().ok()?,
+                "segment_bytes" => s.segment_bytes = value.parse().ok()?,
+                "retention_bytes" => s.retention_bytes = value.parse().ok()?,
+                "retention_ms" => s.retention_ms = value.parse().ok()?,
+                "cleanup" => s.cleanup = value.parse().ok()?,
+                _ => {}
+            }
+        }
+        TopicMeta::from_settings(name, &s, defaults).ok()
+    }
+
+    /// Writes the metadata file durably (temp file, fsync, rename, fsync directories).
+    pub fn persist(&self, data_dir: &Path) -> Result<(), StorageError> {
+        let topics = topics_dir(data_dir);
+        let dir = topics.join(&self.name);
+        fs::create_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))?;
+        let tmp = dir.join(format!("{META_FILE}.tmp"));
+        let path = dir.join(META_FILE);
+        fs::write(&tmp, self.encode()).map_err(|e| StorageError::io(&tmp, e))?;
+        fs::File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| StorageError::io(&tmp, e))?;
+        fs::rename(&tmp, &path).map_err(|e| StorageError::io(&path, e))?;
+        sync_dir(&dir)?;
+        sync_dir(&topics)
+    }
+}
+
+/// Reads every topic's metadata. Directories without a readable `topic.meta` are reported
+/// and skipped (a create that crashed before its rename).
+pub fn load_all(data_dir: &Path, defaults: &LogConfig) -> Result<Vec<TopicMeta>, StorageError> {
+    let topics = topics_dir(data_dir);
+    fs::create_dir_all(&topics).map_err(|e| StorageError::io(&topics, e))?;
+    let mut out = Vec::new();
+    for entry in fs::read_dir(&topics).map_err(|e| StorageError::io(&topics, e))? {
+        let entry = entry.map_err(|e| StorageError::io(&topics, e))?;
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if crate::limits::validate_name(name.as_bytes()).is_err() {
+            continue;
+        }
+        let path = entry.path().join(META_FILE);
+        match fs::read_to_string(&path)
+            .ok()
+            .and_then(|text| TopicMeta::decode(&name, &text, defaults))
+        {
+            Some(meta) => out.push(meta),
+            None => {
+                tracing::warn!(path = %path.display(), "topic directory without valid metadata; ignored")
+            }
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Removes a topic's directory: renamed into `<data>/trash/` first (atomic), then deleted,
+/// so a crash midway never leaves a half-deleted topic that looks alive.
+pub fn remove_topic_dir(data_dir: &Path, name: &str) -> Result<(), StorageError> {
+    let dir = topics_dir(data_dir).join(name);
+    if !dir.exists() {
+        return Ok(());
+    }
+    let trash = data_dir.join("trash");
+    fs::create_dir_all(&trash).map_err(|e| StorageError::io(&trash, e))?;
+    let target = trash.join(format!("{name}.{}", crate::storage::log::now_ns()));
+    fs::rename(&dir, &target).map_err(|e| StorageError::io(&dir, e))?;
+    sync_dir(&topics_dir(data_dir))?;
+    fs::remove_dir_all(&target).map_err(|e| StorageError::io(&target, e))
+}
+
+/// Deletes what a crash left in `<data>/trash/`.
+pub fn empty_trash(data_dir: &Path) {
+    let trash = data_dir.join("trash");
+    if trash.exists()
+        && let Err(error) = fs::remove_dir_all(&trash)
+    {
+        tracing::warn!(path = %trash.display(), %error, "could not empty the trash");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_round_trips_through_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let defaults = LogConfig::default();
+        let settings = TopicSettings {
+            partitions: 3,
+            fsync: 3,
+            fsync_interval_ms: 20,
+            segment_bytes: 1 << 20,
+            retention_bytes: 1 << 30,
+            retention_ms: 60_000,
+            cleanup: 1,
+        };
+        let meta = TopicMeta::from_settings("t", &settings, &defaults).unwrap();
+        meta.persist(dir.path()).unwrap();
+        assert_eq!(load_all(dir.path(), &defaults).unwrap(), vec![meta.clone()]);
+        assert_eq!(meta.settings(), settings);
+        remove_topic_dir(dir.path(), "t").unwrap();
+        assert!(load_all(dir.path(), &defaults).unwrap().is_empty());
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let defaults = LogConfig::default();
+        let bad = [
+            TopicSettings {
+                partitions: PARTITIONS_MAX + 1,
+                ..Default::default()
+            },
+            TopicSettings {
+                fsync: 3,
+                ..Default::default()
+            },
+            TopicSettings {
+                fsync: 9,
+                ..Default::default()
+            },
+            TopicSettings {
+                segment_bytes: 10,
+                ..Default::default()
+            },
+            TopicSettings {
+                cleanup: 2,
+                ..Default::default()
+            },
+        ];
+        for settings in bad {
+            assert_eq!(
+                TopicMeta::from_settings("t", &settings, &defaults)
+                    .unwrap_err()
+                    .0,
+                ErrorCode::InvalidConfig
+            );
+        }
+    }
+}

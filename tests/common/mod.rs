@@ -1,0 +1,161 @@
+//! A real broker process for integration tests: started from the built binary on free
+//! 127.0.0.1 ports with its own data directory, stopped by SIGTERM or `kill -9`.
+
+#![allow(dead_code)]
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use pagurus::client::blocking::Client;
+
+pub struct Broker {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    args: Vec<String>,
+    cores: usize,
+    log: PathBuf,
+}
+
+/// A port P such that P ..= P + extra are all free right now.
+fn free_ports(extra: u16) -> u16 {
+    for _ in 0..200 {
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = probe.local_addr().unwrap().port();
+        if port > u16::MAX - extra - 1 {
+            continue;
+        }
+        let all_free = (1..=extra).all(|i| TcpListener::bind(("127.0.0.1", port + i)).is_ok());
+        drop(probe);
+        if all_free {
+            return port;
+        }
+    }
+    panic!("no free port range found");
+}
+
+impl Broker {
+    /// Starts a broker with `cores` cores and extra `serve` arguments, in `data_dir`.
+    pub fn start_in(data_dir: &Path, cores: usize, args: &[&str]) -> Broker {
+        let port = free_ports(cores as u16 + 1);
+        let mut broker = Broker {
+            child: None,
+            addr: SocketAddr::from(([127, 0, 0, 1], port)),
+            data_dir: data_dir.to_path_buf(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+            cores,
+            log: data_dir.with_extension("log"),
+        };
+        broker.spawn();
+        broker
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--listen")
+            .arg(self.addr.to_string())
+            .arg("--cores")
+            .arg(self.cores.to_string())
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("broker binary starts");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(client) = Client::connect(self.addr) {
+                drop(client);
+                return;
+            }
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "broker exited at start with {status}; log:\n{}",
+                    self.log_text()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker did not start; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.addr).expect("connect")
+    }
+
+    /// A client connected to the port of exactly `core`.
+    pub fn core_client(&self, core: usize) -> Client {
+        Client::connect(SocketAddr::from((
+            [127, 0, 0, 1],
+            self.addr.port() + 1 + core as u16,
+        )))
+        .expect("connect core")
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// SIGTERM, then wait for the exit.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "broker ignored SIGTERM; log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// `kill -9`.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// Starts the broker again on the same port and data directory.
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "stop the broker first");
+        self.spawn();
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
