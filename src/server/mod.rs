@@ -87,6 +87,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         config.cores = cpus.len().max(1);
     }
     let cores = config.cores;
+    info!(pid = std::process::id(), cores, data_dir = %config.data_dir.display(), fsync = %config.log.fsync, "pagurus starting");
     let config = Arc::new(config.clone());
     let mesh = MeshBuilder::<Envelope, _>::full(cores, MESH_CHANNEL_CAPACITY);
     let ready = Arc::new(AtomicUsize::new(0));
@@ -167,6 +168,7 @@ async fn run_core(
     connections: Arc<AtomicUsize>,
 ) -> Result<(), ServeError> {
     let cores = config.cores;
+    tracing::debug!(cpu = ?cpu, "executor started; joining the mesh");
     let (senders, mut receivers) = mesh.join().await.map_err(|e| ServeError::Executor {
         core: usize::MAX,
         reason: format!("mesh join failed: {e}"),

@@ -67,7 +67,7 @@ impl Broker {
             .arg("--cores")
             .arg(self.cores.to_string())
             .args(&self.args)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", "info,pagurus=debug")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
