@@ -11,6 +11,7 @@
 //! The design every part agrees on is in `DESIGN.md` (shared with the product owner) and the
 //! documents under `docs/`.
 
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;

@@ -5,7 +5,7 @@ mod common;
 use std::time::Duration;
 
 use common::Broker;
-use pagurus::protocol::native::{ErrorCode, OffsetSpec, TopicSettings};
+use pagurus::protocol::native::{OffsetSpec, TopicSettings};
 use pagurus::protocol::record::{self, BatchHeader, encode_batch};
 use pagurus::shard::routing::partition_owner;
 

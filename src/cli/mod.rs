@@ -38,6 +38,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the broker.
     Serve(serve::ServeArgs),
+    /// Drive a running broker and report throughput and latency percentiles.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Parses the command line and runs the chosen subcommand.
@@ -46,6 +48,7 @@ pub fn main() -> std::process::ExitCode {
     init_logging(&cli.log_level, cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Bench(args) => crate::bench::run(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -2,8 +2,10 @@
 //!
 //! - [`record`]: the 29-byte record batch header shared by disk and every wire protocol.
 //! - [`native`]: pagurus's own length-framed, pipelined protocol (`docs/PROTOCOL.md`).
+//! - [`payload`]: the length-prefixed encoding of logical records inside a batch payload.
 //! - [`wire`]: big-endian field readers and writers the codecs are built from.
 
 pub mod native;
+pub mod payload;
 pub mod record;
 pub mod wire;

@@ -1,0 +1,332 @@
+//! The bench's output: a text table or one JSON object, `.hgrm` percentile files, an SVG
+//! latency chart, and the progress bar.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+
+use crate::bench::workers::WorkerResult;
+use crate::bench::{BenchArgs, Shared, histogram};
+
+pub struct Progress {
+    bar: Option<ProgressBar>,
+}
+
+impl Progress {
+    pub fn new(args: &BenchArgs) -> Progress {
+        if args.quiet || args.json {
+            return Progress { bar: None };
+        }
+        let total = args.count.unwrap_or(0);
+        let bar = if total > 0 {
+            ProgressBar::new(total)
+        } else {
+            ProgressBar::new_spinner()
+        };
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} msgs {msg}",
+            )
+            .expect("valid template"),
+        );
+        Progress { bar: Some(bar) }
+    }
+
+    pub fn tick(&self, shared: &Shared) {
+        if let Some(bar) = &self.bar {
+            let produced = shared.produced.load(Ordering::Relaxed);
+            let consumed = shared.consumed.load(Ordering::Relaxed);
+            bar.set_position(if shared.args.producers > 0 {
+                produced
+            } else {
+                consumed
+            });
+            bar.set_message(format!("produced {produced}, consumed {consumed}"));
+        }
+    }
+
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// Throughput of one side of the run.
+pub struct Side {
+    pub messages: u64,
+    pub payload_bytes: u64,
+    pub seconds: f64,
+    pub latency_ns: Histogram<u64>,
+}
+
+impl Side {
+    fn merge(results: &[WorkerResult]) -> Side {
+        let mut latency_ns = histogram();
+        let (mut messages, mut payload_bytes) = (0, 0);
+        let mut window: Option<(Instant, Instant)> = None;
+        for r in results {
+            latency_ns.add(&r.latency_ns).expect("same bounds");
+            messages += r.messages;
+            payload_bytes += r.payload_bytes;
+            if let Some((a, b)) = r.window {
+                window = Some(match window {
+                    None => (a, b),
+                    Some((x, y)) => (x.min(a), y.max(b)),
+                });
+            }
+        }
+        let seconds = window.map_or(0.0, |(a, b)| b.duration_since(a).as_secs_f64());
+        Side {
+            messages,
+            payload_bytes,
+            seconds,
+            latency_ns,
+        }
+    }
+
+    pub fn msgs_per_s(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.messages as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+
+    pub fn mb_per_s(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.payload_bytes as f64 / self.seconds / 1e6
+        } else {
+            0.0
+        }
+    }
+}
+
+pub struct Report {
+    pub produce: Side,
+    pub consume: Side,
+    pub config: Value,
+}
+
+const PERCENTILES: [(&str, f64); 5] = [
+    ("p50", 50.0),
+    ("p90", 90.0),
+    ("p99", 99.0),
+    ("p999", 99.9),
+    ("p9999", 99.99),
+];
+
+fn percentiles_us(h: &Histogram<u64>) -> Value {
+    let mut map = serde_json::Map::new();
+    for (name, q) in PERCENTILES {
+        map.insert(name.into(), json!(h.value_at_percentile(q) as f64 / 1000.0));
+    }
+    map.insert("max".into(), json!(h.max() as f64 / 1000.0));
+    Value::Object(map)
+}
+
+impl Report {
+    pub fn build(
+        args: &BenchArgs,
+        producers: &[WorkerResult],
+        consumers: &[WorkerResult],
+    ) -> Report {
+        Report {
+            produce: Side::merge(producers),
+            consume: Side::merge(consumers),
+            config: json!({
+                "broker": args.broker.to_string(),
+                "producers": args.producers,
+                "consumers": args.consumers,
+                "topics": args.topics,
+                "partitions": args.partitions,
+                "size": args.size,
+                "batch": args.batch,
+                "linger_ms": args.linger_ms,
+                "in_flight": args.in_flight,
+                "rate": args.rate,
+                "count": args.count,
+                "duration": args.duration,
+                "warmup": args.warmup,
+                "from": args.from,
+                "shard_aware": args.shard_aware,
+            }),
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({
+            "produce": {
+                "msgs_per_s": self.produce.msgs_per_s(),
+                "mb_per_s": self.produce.mb_per_s(),
+                "ack_latency_us": percentiles_us(&self.produce.latency_ns),
+            },
+            "consume": {
+                "msgs_per_s": self.consume.msgs_per_s(),
+                "mb_per_s": self.consume.mb_per_s(),
+            },
+            "end_to_end_latency_us": percentiles_us(&self.consume.latency_ns),
+            "config": self.config,
+        })
+    }
+
+    pub fn print(&self, args: &BenchArgs) {
+        if args.json {
+            println!("{}", self.to_json());
+            return;
+        }
+        let mut out = String::new();
+        let line = |out: &mut String, name: &str, side: &Side| {
+            let _ = writeln!(
+                out,
+                "{name:<9} {:>12.0} msgs/s {:>9.1} MB/s  ({} msgs in {:.2} s)",
+                side.msgs_per_s(),
+                side.mb_per_s(),
+                side.messages,
+                side.seconds
+            );
+        };
+        line(&mut out, "produce", &self.produce);
+        line(&mut out, "consume", &self.consume);
+        let _ = writeln!(
+            out,
+            "{:<22} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "latency (us)", "p50", "p90", "p99", "p99.9", "p99.99", "max"
+        );
+        for (name, h) in [
+            ("produce ack", &self.produce.latency_ns),
+            ("end to end", &self.consume.latency_ns),
+        ] {
+            if h.is_empty() {
+                continue;
+            }
+            let _ = write!(out, "{name:<22}");
+            for (_, q) in PERCENTILES {
+                let _ = write!(out, " {:>9.1}", h.value_at_percentile(q) as f64 / 1000.0);
+            }
+            let _ = writeln!(out, " {:>9.1}", h.max() as f64 / 1000.0);
+        }
+        print!("{out}");
+    }
+
+    /// Writes `<label>-ack.hgrm`, `<label>-e2e.hgrm`, `<label>.svg` and `<label>.json`.
+    pub fn write_files(&self, dir: &Path, label: &str) -> std::io::Result<()> {
+        std::fs::create_dir_all(dir)?;
+        for (suffix, h) in [
+            ("ack", &self.produce.latency_ns),
+            ("e2e", &self.consume.latency_ns),
+        ] {
+            if !h.is_empty() {
+                std::fs::write(dir.join(format!("{label}-{suffix}.hgrm")), hgrm(h))?;
+            }
+        }
+        std::fs::write(
+            dir.join(format!("{label}.json")),
+            self.to_json().to_string(),
+        )?;
+        chart(
+            &dir.join(format!("{label}.svg")),
+            label,
+            &[
+                ("produce ack", &self.produce.latency_ns),
+                ("end to end", &self.consume.latency_ns),
+            ],
+        )
+        .map_err(std::io::Error::other)
+    }
+}
+
+/// HdrHistogram's percentile-distribution text format (values in microseconds).
+pub fn hgrm(h: &Histogram<u64>) -> String {
+    let mut out = String::from("       Value     Percentile TotalCount 1/(1-Percentile)\n\n");
+    for v in h.iter_quantiles(1) {
+        let q = v.quantile_iterated_to();
+        let inverse = if q < 1.0 {
+            format!("{:.2}", 1.0 / (1.0 - q))
+        } else {
+            "inf".into()
+        };
+        let _ = writeln!(
+            out,
+            "{:12.3} {:14.12} {:10} {:>14}",
+            v.value_iterated_to() as f64 / 1000.0,
+            q,
+            v.count_since_last_iteration(),
+            inverse
+        );
+    }
+    let _ = writeln!(
+        out,
+        "#[Mean    = {:12.3}, StdDeviation   = {:12.3}]\n#[Max     = {:12.3}, Total count    = {:12}]",
+        h.mean() / 1000.0,
+        h.stdev() / 1000.0,
+        h.max() as f64 / 1000.0,
+        h.len()
+    );
+    out
+}
+
+/// Latency by percentile, on the usual log scale of 1/(1-percentile).
+fn chart(path: &Path, title: &str, series: &[(&str, &Histogram<u64>)]) -> Result<(), String> {
+    use plotters::prelude::*;
+    let points: Vec<(&str, Vec<(f64, f64)>)> = series
+        .iter()
+        .filter(|(_, h)| !h.is_empty())
+        .map(|(name, h)| {
+            let pts = h
+                .iter_quantiles(1)
+                .filter(|v| v.quantile_iterated_to() < 0.999_999)
+                .map(|v| {
+                    (
+                        1.0 / (1.0 - v.quantile_iterated_to()),
+                        v.value_iterated_to() as f64 / 1000.0,
+                    )
+                })
+                .collect();
+            (*name, pts)
+        })
+        .collect();
+    let y_max = points
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|q| q.1))
+        .fold(1.0, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, (900, 500)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{title}: latency by percentile"),
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((1.0f64..1_000_000.0).log_scale(), 0.0..y_max)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("percentile (1/(1-p): 10 = p90, 100 = p99, 1000 = p99.9)")
+        .y_desc("latency (us)")
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, (name, pts)) in points.into_iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts, color.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())
+}
