@@ -261,4 +261,58 @@ impl Client {
         native::decode_metadata_response(self.body())
             .map_err(|e| ClientError::Protocol(e.to_string()))
     }
+
+    /// Stores `offset` as the next offset `group` will consume from `topic`/`partition`.
+    pub fn commit_offset(
+        &mut self,
+        group: &str,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Result<(), ClientError> {
+        self.call(&Request::CommitOffset {
+            group: group.as_bytes(),
+            topic: topic.as_bytes(),
+            partition,
+            offset,
+        })
+    }
+
+    /// The group's committed offset, or `None` if it has none.
+    pub fn fetch_offset(
+        &mut self,
+        group: &str,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Option<u64>, ClientError> {
+        match self.call(&Request::FetchOffset {
+            group: group.as_bytes(),
+            topic: topic.as_bytes(),
+            partition,
+        }) {
+            Ok(()) => native::decode_offset_response(self.body())
+                .map(Some)
+                .map_err(|e| ClientError::Protocol(e.to_string())),
+            Err(e) if e.code() == Some(ErrorCode::NoCommittedOffset) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub fn list_groups(&mut self) -> Result<Vec<String>, ClientError> {
+        self.call(&Request::ListGroups)?;
+        native::decode_list_groups_response(self.body())
+            .map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    /// Per partition: committed offset, log end offset, lag.
+    pub fn describe_group(
+        &mut self,
+        group: &str,
+    ) -> Result<Vec<native::GroupPartition>, ClientError> {
+        self.call(&Request::DescribeGroup {
+            group: group.as_bytes(),
+        })?;
+        native::decode_describe_group_response(self.body())
+            .map_err(|e| ClientError::Protocol(e.to_string()))
+    }
 }

@@ -146,6 +146,8 @@ code_enum!(
         ShuttingDown = 20,
         UnknownGroup = 21,
         Internal = 22,
+        /// The group has committed no offset for this topic and partition.
+        NoCommittedOffset = 23,
     }
 );
 
@@ -852,6 +854,86 @@ pub fn decode_metadata_response(body: &[u8]) -> Result<MetadataResponse, Malform
     Ok(MetadataResponse { core_ports, topics })
 }
 
+/// One partition of a group in a describe-group response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPartition {
+    pub topic: String,
+    pub partition: u32,
+    pub committed_offset: u64,
+    /// The partition's high watermark.
+    pub log_end_offset: u64,
+    pub lag: u64,
+}
+
+/// List-groups response body: `[u32 count][string group]...`.
+pub fn encode_list_groups_response(out: &mut Vec<u8>, correlation_id: u32, groups: &[String]) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u32(u32::try_from(groups.len()).expect("groups fit u32"));
+    for group in groups {
+        out.put_string(group.as_bytes());
+    }
+    end_frame(out, start);
+}
+
+pub fn decode_list_groups_response(body: &[u8]) -> Result<Vec<String>, Malformed> {
+    let mut r = Reader::new(body);
+    let count = r.u32("group count")? as usize;
+    if count > r.remaining() {
+        return Err(Malformed {
+            what: "group count",
+        });
+    }
+    let groups = (0..count)
+        .map(|_| {
+            r.string("group")
+                .map(|g| String::from_utf8_lossy(g).into_owned())
+        })
+        .collect::<Result<_, _>>()?;
+    r.finish("list groups response")?;
+    Ok(groups)
+}
+
+/// Describe-group response body: `[u32 count]` then per partition `[string topic]
+/// [u32 partition][u64 committed][u64 log end][u64 lag]`.
+pub fn encode_describe_group_response(
+    out: &mut Vec<u8>,
+    correlation_id: u32,
+    partitions: &[GroupPartition],
+) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u32(u32::try_from(partitions.len()).expect("partitions fit u32"));
+    for p in partitions {
+        out.put_string(p.topic.as_bytes());
+        out.put_u32(p.partition);
+        out.put_u64(p.committed_offset);
+        out.put_u64(p.log_end_offset);
+        out.put_u64(p.lag);
+    }
+    end_frame(out, start);
+}
+
+pub fn decode_describe_group_response(body: &[u8]) -> Result<Vec<GroupPartition>, Malformed> {
+    let mut r = Reader::new(body);
+    let count = r.u32("partition count")? as usize;
+    if count > r.remaining() {
+        return Err(Malformed {
+            what: "partition count",
+        });
+    }
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        out.push(GroupPartition {
+            topic: String::from_utf8_lossy(r.string("topic")?).into_owned(),
+            partition: r.u32("partition")?,
+            committed_offset: r.u64("committed")?,
+            log_end_offset: r.u64("log end")?,
+            lag: r.u64("lag")?,
+        });
+    }
+    r.finish("describe group response")?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1073,5 +1155,20 @@ mod tests {
         encode_metadata_response(&mut out, 2, &metadata);
         let (_, body) = decode_response(frame_body(&out)).unwrap();
         assert_eq!(decode_metadata_response(body).unwrap(), metadata);
+        let mut out = Vec::new();
+        encode_list_groups_response(&mut out, 3, &["g1".into(), "g2".into()]);
+        let (_, body) = decode_response(frame_body(&out)).unwrap();
+        assert_eq!(decode_list_groups_response(body).unwrap(), vec!["g1", "g2"]);
+        let group = vec![GroupPartition {
+            topic: "t".into(),
+            partition: 1,
+            committed_offset: 4,
+            log_end_offset: 10,
+            lag: 6,
+        }];
+        let mut out = Vec::new();
+        encode_describe_group_response(&mut out, 4, &group);
+        let (_, body) = decode_response(frame_body(&out)).unwrap();
+        assert_eq!(decode_describe_group_response(body).unwrap(), group);
     }
 }

@@ -5,13 +5,16 @@ use std::io;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use futures_lite::FutureExt;
 
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
 
 use crate::server::io::read_exact;
 use crate::server::metrics::Metrics;
-use crate::server::native;
+use crate::server::{hermit, native};
 use crate::shard::Shard;
 
 /// A slot under the broker-wide connection limit, given back on drop.
@@ -59,22 +62,21 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: ConnectionSlot) {
 
 async fn serve_inner(shard: &Rc<Shard>, stream: TcpStream) -> io::Result<()> {
     stream.set_nodelay(true)?;
-    // Until the client says what it speaks, the handshake timeout applies to every read;
-    // a consumer that never reads what it is sent is cut off by the write timeout.
+    // glommio accepts sockets in blocking mode; its own reads and writes pass
+    // MSG_DONTWAIT, but sendfile does not, so the socket itself must be non-blocking or a
+    // consumer that stops reading would block the whole executor inside sendfile.
+    set_nonblocking(&stream)?;
+    // Every read of the handshake is bounded, and so is the handshake as a whole (see
+    // `handshake`); a consumer that never reads what it is sent is cut off by the write
+    // timeout.
     stream.set_read_timeout(Some(shard.config.handshake_timeout))?;
     stream.set_write_timeout(Some(shard.config.idle_timeout))?;
+    let deadline = Instant::now() + shard.config.handshake_timeout;
     let stream = RefCell::new(stream);
     let mut first = [0u8; 1];
-    read_exact(&stream, &mut first).await?;
+    handshake(deadline, read_exact(&stream, &mut first)).await?;
     match first[0] {
-        0x01..=0x03 => {
-            Metrics::inc(&shard.metrics.unknown_protocols);
-            warn!(
-                role = first[0],
-                "HermitMQ v1 connection refused: not served by this build yet"
-            );
-            Ok(())
-        }
+        role @ 0x01..=0x03 => hermit::serve(Rc::clone(shard), stream, role, deadline).await,
         0x00 => {
             Metrics::inc(&shard.metrics.unknown_protocols);
             warn!(
@@ -82,6 +84,32 @@ async fn serve_inner(shard: &Rc<Shard>, stream: TcpStream) -> io::Result<()> {
             );
             Ok(())
         }
-        first => native::serve(Rc::clone(shard), stream, first).await,
+        first => native::serve(Rc::clone(shard), stream, first, deadline).await,
     }
+}
+
+fn set_nonblocking(stream: &TcpStream) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor belongs to `stream`, which outlives this borrow.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// Runs a step of the handshake, failing with `TimedOut` at the handshake deadline: the
+/// per-read timeout alone would let a client dribble a byte per timeout forever.
+pub async fn handshake<T>(
+    deadline: Instant,
+    step: impl Future<Output = io::Result<T>>,
+) -> io::Result<T> {
+    let timer = async {
+        glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "handshake took too long",
+        ))
+    };
+    step.or(timer).await
 }

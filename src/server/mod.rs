@@ -2,11 +2,13 @@
 //!
 //! - [`connection`]: first-byte protocol selection and the connection limit.
 //! - [`native`]: the native protocol's reader/writer pair.
+//! - [`hermit`]: HermitMQ v1 producers, consumers and commits.
 //! - [`sendfile`]: zero-copy sends of segment bytes.
 //! - [`io`]: socket reads and writes shared by a connection's two tasks.
 //! - [`metrics`]: per-core counters.
 
 pub mod connection;
+pub mod hermit;
 pub mod io;
 pub mod metrics;
 pub mod native;
@@ -90,8 +92,12 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
     info!(pid = std::process::id(), cores, data_dir = %config.data_dir.display(), fsync = %config.log.fsync, "pagurus starting");
     let config = Arc::new(config.clone());
     let mesh = MeshBuilder::<Envelope, _>::full(cores, MESH_CHANNEL_CAPACITY);
-    let ready = Arc::new(AtomicUsize::new(0));
-    let finished = Arc::new(AtomicUsize::new(0));
+    let barriers = Barriers {
+        cores,
+        stop: Arc::clone(&stop),
+        ready: Arc::new(AtomicUsize::new(0)),
+        finished: Arc::new(AtomicUsize::new(0)),
+    };
     let connections = Arc::new(AtomicUsize::new(0));
 
     let mut handles = Vec::with_capacity(cores);
@@ -105,18 +111,12 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
             Placement::Fixed(cpu) => Some(cpu),
             _ => None,
         };
-        let (config, mesh, stop) = (Arc::clone(&config), mesh.clone(), Arc::clone(&stop));
-        let (ready, finished, connections) = (
-            Arc::clone(&ready),
-            Arc::clone(&finished),
-            Arc::clone(&connections),
-        );
+        let (config, mesh, barriers) = (Arc::clone(&config), mesh.clone(), barriers.clone());
+        let connections = Arc::clone(&connections);
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("pagurus-{index}"))
             .preempt_timer(Duration::from_millis(5))
-            .spawn(move || async move {
-                run_core(config, mesh, cpu, stop, ready, finished, connections).await
-            })
+            .spawn(move || async move { run_core(config, mesh, cpu, barriers, connections).await })
             .map_err(|e| ServeError::Executor {
                 core: index,
                 reason: e.to_string(),
@@ -158,16 +158,65 @@ fn lock_data_dir(config: &BrokerConfig) -> Result<nix::fcntl::Flock<File>, Serve
         .map_err(|_| ServeError::DataDirLocked(config.data_dir.display().to_string()))
 }
 
+/// Start and stop barriers shared by the cores. Every core passes each barrier exactly once,
+/// also when it fails, so no core waits forever for one that died; a failing core also
+/// raises `stop`, so the broker exits rather than serving half of its partitions.
+#[derive(Clone)]
+struct Barriers {
+    cores: usize,
+    stop: Arc<AtomicBool>,
+    ready: Arc<AtomicUsize>,
+    finished: Arc<AtomicUsize>,
+}
+
+impl Barriers {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Waits until every core is ready or the broker is stopping.
+    async fn all_ready(&self) {
+        while self.ready.load(Ordering::Acquire) < self.cores && !self.stopping() {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    async fn all_finished(&self) {
+        while self.finished.load(Ordering::Acquire) < self.cores {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
 async fn run_core(
     config: Arc<BrokerConfig>,
     mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
     cpu: Option<usize>,
-    stop: Arc<AtomicBool>,
-    ready: Arc<AtomicUsize>,
-    finished: Arc<AtomicUsize>,
+    barriers: Barriers,
     connections: Arc<AtomicUsize>,
 ) -> Result<(), ServeError> {
-    let cores = config.cores;
+    let passed = Passed::default();
+    let result = run_core_phases(&config, mesh, cpu, &barriers, &passed, connections).await;
+    if result.is_err() {
+        barriers.stop.store(true, Ordering::Release);
+        if !passed.ready.get() {
+            barriers.ready.fetch_add(1, Ordering::AcqRel);
+        }
+        if !passed.finished.get() {
+            barriers.finished.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+    result
+}
+
+async fn run_core_phases(
+    config: &Arc<BrokerConfig>,
+    mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
+    cpu: Option<usize>,
+    barriers: &Barriers,
+    passed: &Passed,
+    connections: Arc<AtomicUsize>,
+) -> Result<(), ServeError> {
     tracing::debug!(cpu = ?cpu, "executor started; joining the mesh");
     let (senders, mut receivers) = mesh.join().await.map_err(|e| ServeError::Executor {
         core: usize::MAX,
@@ -176,7 +225,7 @@ async fn run_core(
     let core = senders.peer_id();
     let shard = Rc::new(Shard::new(
         core,
-        Arc::clone(&config),
+        Arc::clone(config),
         Mesh::new(core, Some(senders)),
     ));
     for (_peer, receiver) in receivers.streams() {
@@ -199,18 +248,50 @@ async fn run_core(
         .detach();
     }
 
-    let loaded = shard.load().await;
-    ready.fetch_add(1, Ordering::AcqRel);
-    loaded.map_err(|e| ServeError::Core {
+    shard.load().await.map_err(|e| ServeError::Core {
         core,
         reason: e.to_string(),
     })?;
+    barriers.ready.fetch_add(1, Ordering::AcqRel);
+    passed.ready.set(true);
     // Serve only when every core has recovered its partitions, so no request meets a
     // partition that is still being opened.
-    while ready.load(Ordering::Acquire) < cores {
-        glommio::timer::sleep(Duration::from_millis(1)).await;
-    }
+    barriers.all_ready().await;
 
+    let served = serve_core(&shard, config, cpu, barriers, connections).await;
+    if let Err(error) = &served {
+        error!(core, %error, "core cannot serve; stopping the broker");
+        barriers.stop.store(true, Ordering::Release);
+    }
+    shard.close_all().await;
+    // Keep answering mesh calls until every core has closed its partitions.
+    barriers.finished.fetch_add(1, Ordering::AcqRel);
+    passed.finished.set(true);
+    barriers.all_finished().await;
+    info!(core, counters = ?shard.metrics.snapshot(), "core stopped");
+    served
+}
+
+/// Which barriers a core has passed.
+#[derive(Default)]
+struct Passed {
+    ready: std::cell::Cell<bool>,
+    finished: std::cell::Cell<bool>,
+}
+
+/// Listens and serves until the broker stops; then stops accepting and lets connections
+/// answer what they have in flight.
+async fn serve_core(
+    shard: &Rc<Shard>,
+    config: &Arc<BrokerConfig>,
+    cpu: Option<usize>,
+    barriers: &Barriers,
+    connections: Arc<AtomicUsize>,
+) -> Result<(), ServeError> {
+    let core = shard.core;
+    if barriers.stopping() {
+        return Ok(());
+    }
     let mut listeners = vec![bind(config.listen)?];
     if let Some(port) = config.shard_port(core) {
         let mut addr = config.listen;
@@ -223,16 +304,16 @@ async fn run_core(
     let connection_tasks = Rc::new(std::cell::Cell::new(0usize));
     for listener in listeners {
         glommio::spawn_local(accept_loop(
-            Rc::clone(&shard),
+            Rc::clone(shard),
             listener,
-            Arc::clone(&connections),
+            connections.clone(),
             Rc::clone(&connection_tasks),
         ))
         .detach();
     }
-    glommio::spawn_local(background_sync(Rc::clone(&shard))).detach();
+    glommio::spawn_local(background_sync(Rc::clone(shard))).detach();
 
-    while !stop.load(Ordering::Acquire) && !shard.shutdown.is_requested() {
+    while !barriers.stopping() && !shard.shutdown.is_requested() {
         glommio::timer::sleep(STOP_POLL).await;
     }
     info!(
@@ -251,13 +332,6 @@ async fn run_core(
             "connections still open at the drain deadline"
         );
     }
-    shard.close_all().await;
-    // Keep answering mesh calls until every core has closed its partitions.
-    finished.fetch_add(1, Ordering::AcqRel);
-    while finished.load(Ordering::Acquire) < cores {
-        glommio::timer::sleep(Duration::from_millis(1)).await;
-    }
-    info!(core, counters = ?shard.metrics.snapshot(), "core stopped");
     Ok(())
 }
 

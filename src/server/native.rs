@@ -11,10 +11,8 @@
 //! segment files with sendfile.
 
 use std::cell::RefCell;
-use std::fs::File;
 use std::future::Future;
 use std::io;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
 
@@ -83,10 +81,15 @@ impl Drop for ReplyTicket {
 }
 
 /// Serves a native connection whose first byte was `first`.
-pub async fn serve(shard: Rc<Shard>, stream: RefCell<TcpStream>, first: u8) -> io::Result<()> {
+pub async fn serve(
+    shard: Rc<Shard>,
+    stream: RefCell<TcpStream>,
+    first: u8,
+    deadline: std::time::Instant,
+) -> io::Result<()> {
     let mut preface = [0u8; native::PREFACE_LEN];
     preface[0] = first;
-    read_exact(&stream, &mut preface[1..]).await?;
+    crate::server::connection::handshake(deadline, read_exact(&stream, &mut preface[1..])).await?;
     let version = match native::check_preface(&preface) {
         Ok(version) => version,
         Err(_) => {
@@ -144,7 +147,10 @@ async fn reader_loop(
                     return Ok(());
                 }
                 let len = buf.len();
-                buf.resize(len + needed.max(READ_CHUNK_BYTES), 0);
+                // Grow with what actually arrives (at most doubling), never to the size a
+                // frame merely announces: a client cannot make the broker hold memory for
+                // bytes it has not sent.
+                buf.resize(len + needed.min(len).max(READ_CHUNK_BYTES), 0);
                 let read = async { Event::Read(read_some(stream, &mut buf[len..]).await) };
                 let event = if at_boundary {
                     read.or(async {
@@ -290,12 +296,15 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
                     ));
                 };
                 return match stage_all(&log, batches, &shard.metrics).await {
-                    Ok((base_offset, last)) => Pending::Produce {
-                        correlation_id,
-                        log,
-                        base_offset,
-                        last,
-                    },
+                    Ok((base_offset, last)) => {
+                        log.kick();
+                        Pending::Produce {
+                            correlation_id,
+                            log,
+                            base_offset,
+                            last,
+                        }
+                    }
                     Err(failure) => fail(failure),
                 };
             }
@@ -339,11 +348,14 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
             partition,
             spec,
         } => {
-            let Ok(topic) = std::str::from_utf8(topic).map(str::to_string) else {
-                return fail(Failure::new(
-                    ErrorCode::InvalidName,
-                    "topic name is not UTF-8",
-                ));
+            let topic = match crate::limits::validate_name(topic) {
+                Ok(topic) => topic.to_string(),
+                Err(e) => {
+                    return fail(Failure::new(
+                        ErrorCode::InvalidName,
+                        format!("invalid topic name: {e}"),
+                    ));
+                }
             };
             later(shard, correlation_id, async move |shard: Rc<Shard>| {
                 let owner = shard.owner(&topic, partition);
@@ -395,13 +407,90 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
                 Ok(out)
             })
         }
-        Request::CommitOffset { .. }
-        | Request::FetchOffset { .. }
-        | Request::ListGroups
-        | Request::DescribeGroup { .. } => fail(Failure::new(
-            ErrorCode::UnsupportedApi,
-            "consumer group offsets are not served by this build yet",
-        )),
+        Request::CommitOffset {
+            group,
+            topic,
+            partition,
+            offset,
+        } => {
+            let (group, topic) = (group.to_vec(), topic.to_vec());
+            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+                shard
+                    .commit_offset(&group, &topic, partition, offset)
+                    .await
+                    .map(|()| empty(correlation_id))
+            })
+        }
+        Request::FetchOffset {
+            group,
+            topic,
+            partition,
+        } => {
+            let (group, topic) = (group.to_vec(), topic.to_vec());
+            later(
+                shard,
+                correlation_id,
+                async move |shard: Rc<Shard>| match shard
+                    .fetch_offset(&group, &topic, partition)
+                    .await?
+                {
+                    Some(offset) => {
+                        let mut out = Vec::new();
+                        native::encode_offset_response(&mut out, correlation_id, offset);
+                        Ok(out)
+                    }
+                    None => Err(Failure::new(
+                        ErrorCode::NoCommittedOffset,
+                        "the group has no committed offset here",
+                    )),
+                },
+            )
+        }
+        Request::ListGroups => later(shard, correlation_id, async move |shard: Rc<Shard>| {
+            let mut groups: Vec<String> = shard
+                .group_offsets(None)
+                .await?
+                .into_iter()
+                .map(|e| e.0)
+                .collect();
+            groups.dedup();
+            let mut out = Vec::new();
+            native::encode_list_groups_response(&mut out, correlation_id, &groups);
+            Ok(out)
+        }),
+        Request::DescribeGroup { group } => {
+            let group = group.to_vec();
+            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+                let group = crate::limits::validate_name(&group).map_err(|e| {
+                    Failure::new(ErrorCode::InvalidName, format!("invalid group name: {e}"))
+                })?;
+                let entries = shard.group_offsets(Some(group)).await?;
+                if entries.is_empty() {
+                    return Err(Failure::new(
+                        ErrorCode::UnknownGroup,
+                        format!("group {group} has no committed offsets"),
+                    ));
+                }
+                let mut partitions = Vec::with_capacity(entries.len());
+                for (_, topic, partition, committed_offset) in entries {
+                    // A topic deleted since the commit reports an end of 0.
+                    let log_end_offset = shard
+                        .partition_state(&topic, partition)
+                        .await
+                        .map_or(0, |(_, hw)| hw);
+                    partitions.push(native::GroupPartition {
+                        lag: log_end_offset.saturating_sub(committed_offset),
+                        topic,
+                        partition,
+                        committed_offset,
+                        log_end_offset,
+                    });
+                }
+                let mut out = Vec::new();
+                native::encode_describe_group_response(&mut out, correlation_id, &partitions);
+                Ok(out)
+            })
+        }
     }
 }
 
@@ -604,7 +693,7 @@ async fn send_fetch(
     plan: SendPlan,
 ) -> io::Result<()> {
     let file = if plan.length > 0 {
-        match shard.segment_files.open(&plan.wal_path) {
+        match shard.segment_files.open(&plan.wal_path, plan.file_id) {
             Ok(file) => Some(file),
             Err(error) => {
                 let failure = Failure::new(
@@ -636,30 +725,4 @@ async fn send_fetch(
             .set(shard.metrics.bytes_out.get() + plan.length);
     }
     Ok(())
-}
-
-/// Read-only descriptors of segment files, opened once per core and shared by every
-/// connection on it. A descriptor keeps its file readable even after retention or
-/// compaction unlinks it, so a fetch planned just before never fails midway.
-#[derive(Default)]
-pub struct SegmentFiles {
-    files: RefCell<std::collections::HashMap<PathBuf, Rc<File>>>,
-}
-
-/// Descriptors kept open per core; past this the cache starts over.
-const SEGMENT_FILES_MAX: usize = 1024;
-
-impl SegmentFiles {
-    pub fn open(&self, path: &std::path::Path) -> io::Result<Rc<File>> {
-        if let Some(file) = self.files.borrow().get(path) {
-            return Ok(Rc::clone(file));
-        }
-        let file = Rc::new(File::open(path)?);
-        let mut files = self.files.borrow_mut();
-        if files.len() >= SEGMENT_FILES_MAX {
-            files.clear();
-        }
-        files.insert(path.to_path_buf(), Rc::clone(&file));
-        Ok(file)
-    }
 }

@@ -9,19 +9,22 @@
 //!   writable (an io_uring poll); then sendfile resumes. One byte per full socket buffer
 //!   passes through user space; the rest never does.
 //! - A socket that never drains is bounded by the stream's write timeout.
-//! - Cold data (not in the active segment) is first pulled into the page cache with
-//!   readahead(2) on glommio's blocking thread, so sendfile never stalls the executor on disk.
+//! - Cold data (not in the active segment) is first pulled into the page cache on glommio's
+//!   blocking thread (see [`populate`]), so sendfile never stalls the executor on disk.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use glommio::net::TcpStream;
 
 use crate::server::io::write_all;
+use crate::storage::segment::FileId;
 
 /// Bytes per sendfile call: large enough to amortise the syscall, small enough that the task
 /// yields to others between calls.
@@ -39,16 +42,7 @@ pub async fn send_range(
         return Ok(());
     }
     if !hot {
-        let fd = file.as_raw_fd();
-        let len = usize::try_from(length).unwrap_or(usize::MAX);
-        // readahead(2) blocks until the range is in the page cache, which is the point: it
-        // runs on the blocking thread. `file` stays open (borrowed) until this resolves.
-        glommio::executor()
-            .spawn_blocking(move || {
-                // SAFETY: plain syscall on a descriptor kept open by the caller.
-                unsafe { libc::readahead(fd, position as libc::off64_t, len) };
-            })
-            .await;
+        populate(file, position, length).await;
     }
     let mut offset = position as i64;
     let end = (position + length) as i64;
@@ -80,4 +74,74 @@ pub async fn send_range(
         }
     }
     Ok(())
+}
+
+/// Brings a cold range into the page cache on glommio's blocking thread, waiting until it is
+/// there, so the sendfile that follows never waits on the disk inside the executor.
+/// `MADV_POPULATE_READ` (Linux 5.14) faults the whole range in and returns when it is read;
+/// on older kernels one byte of each page is touched instead. (readahead(2) would only
+/// start the reads.)
+async fn populate(file: &Rc<File>, position: u64, length: u64) {
+    let fd = file.as_raw_fd();
+    let Ok(len) = usize::try_from(length) else {
+        return;
+    };
+    // `file` stays open until this returns, so `fd` stays valid in the blocking thread.
+    glommio::executor()
+        .spawn_blocking(move || {
+            // SAFETY: segment bytes below the high watermark are never truncated or
+            // rewritten in place while the broker runs, so the mapping stays valid.
+            let Ok(map) = (unsafe {
+                memmap2::MmapOptions::new()
+                    .offset(position)
+                    .len(len)
+                    .map(fd)
+            }) else {
+                return;
+            };
+            if map.advise(memmap2::Advice::PopulateRead).is_err() {
+                let touched = (0..map.len())
+                    .step_by(4096)
+                    .fold(0u8, |acc, i| acc ^ map[i]);
+                std::hint::black_box(touched);
+            }
+        })
+        .await;
+}
+
+/// Read-only descriptors of segment files, opened once per core and shared by every
+/// connection on it. A descriptor keeps its file readable even after retention or
+/// compaction unlinks it, so a fetch planned just before never fails midway. Entries are
+/// checked against the (device, inode) in the plan, so a path that now names another file
+/// (compaction's rename, a topic deleted and created again) is opened afresh.
+#[derive(Default)]
+pub struct SegmentFiles {
+    files: RefCell<HashMap<PathBuf, (Rc<File>, FileId)>>,
+}
+
+/// Descriptors kept open per core; past this the cache starts over.
+const SEGMENT_FILES_MAX: usize = 1024;
+
+impl SegmentFiles {
+    pub fn open(&self, path: &Path, file_id: FileId) -> io::Result<Rc<File>> {
+        if let Some((file, id)) = self.files.borrow().get(path)
+            && *id == file_id
+        {
+            return Ok(Rc::clone(file));
+        }
+        let file = Rc::new(File::open(path)?);
+        let id = crate::storage::segment::file_id(&file)?;
+        if id != file_id {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{} was replaced; fetch again", path.display()),
+            ));
+        }
+        let mut files = self.files.borrow_mut();
+        if files.len() >= SEGMENT_FILES_MAX {
+            files.clear();
+        }
+        files.insert(path.to_path_buf(), (Rc::clone(&file), id));
+        Ok(file)
+    }
 }

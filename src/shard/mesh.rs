@@ -57,13 +57,30 @@ pub enum Call {
     DeleteTopic {
         name: String,
     },
-    /// From the controller to every core: learn a topic, open the partitions you own.
-    OpenTopic {
+    /// From the controller to every core: open the partitions of a new topic you own.
+    OpenPartitions {
+        meta: TopicMeta,
+    },
+    /// From the controller to every core, once all opened theirs: the topic exists.
+    PublishTopic {
         meta: TopicMeta,
     },
     /// From the controller to every core: forget a topic, close its partitions.
     DropTopic {
         name: String,
+    },
+    /// To the owner of the key's offsets shard.
+    CommitOffset {
+        key: Vec<u8>,
+        offset: u64,
+    },
+    /// To the owner of the key's offsets shard.
+    FetchOffset {
+        key: Vec<u8>,
+    },
+    /// To every core: the committed offsets of one group (or all) in its shards.
+    GroupOffsets {
+        group: Option<String>,
     },
 }
 
@@ -71,9 +88,13 @@ pub enum Call {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendPlan {
     pub wal_path: PathBuf,
+    /// (device, inode) the path must still name; a descriptor of another file is stale.
+    pub file_id: crate::storage::segment::FileId,
     pub position: u64,
     pub length: u64,
     pub crcs: Vec<u32>,
+    /// Offset after the last batch in the range (the requested offset if it is empty).
+    pub next_offset: u64,
     pub high_watermark: u64,
     pub log_start_offset: u64,
     /// The range is in the active segment, whose pages are most likely cached.
@@ -92,6 +113,8 @@ pub enum Answer {
         log_start_offset: u64,
         high_watermark: u64,
     },
+    /// (group, topic, partition, committed offset).
+    GroupOffsets(Vec<(String, String, u32, u64)>),
     Done,
     Failed(Failure),
 }

@@ -4,8 +4,10 @@
 //! - [`routing`]: which core owns a partition (FNV-1a).
 //! - [`mesh`]: calls and answers between cores.
 //! - [`topics`]: topic metadata, its files, and the controller's create/delete.
+//! - [`offsets`]: consumer group offsets in 256 shards of internal logs.
 
 pub mod mesh;
+pub mod offsets;
 pub mod routing;
 pub mod topics;
 
@@ -22,6 +24,7 @@ use tracing::{info, warn};
 use crate::config::BrokerConfig;
 use crate::limits::validate_name;
 use crate::protocol::native::{ErrorCode, OffsetSpec, ProduceBatches, TopicSettings};
+use crate::server::metrics::Metrics;
 use crate::shard::mesh::{Answer, Call, Mesh, SendPlan};
 use crate::shard::topics::TopicMeta;
 use crate::storage::watch::Watch;
@@ -115,7 +118,8 @@ pub struct Shard {
     pub mesh: Mesh,
     pub shutdown: Shutdown,
     pub metrics: crate::server::metrics::Metrics,
-    pub segment_files: crate::server::native::SegmentFiles,
+    pub segment_files: crate::server::sendfile::SegmentFiles,
+    pub offsets: offsets::OffsetStore,
     topics: RefCell<HashMap<String, Rc<TopicMeta>>>,
     /// Partitions this core owns, by topic then partition number.
     partitions: RefCell<HashMap<String, Vec<Option<Rc<PartitionLog>>>>>,
@@ -125,6 +129,7 @@ pub struct Shard {
 
 impl Shard {
     pub fn new(core: usize, config: Arc<BrokerConfig>, mesh: Mesh) -> Shard {
+        let offsets = offsets::OffsetStore::new(&config.data_dir, &config.log);
         Shard {
             core,
             config,
@@ -132,6 +137,7 @@ impl Shard {
             shutdown: Shutdown::default(),
             metrics: Default::default(),
             segment_files: Default::default(),
+            offsets,
             topics: RefCell::new(HashMap::new()),
             partitions: RefCell::new(HashMap::new()),
             controller_lock: glommio::sync::Semaphore::new(1),
@@ -153,6 +159,7 @@ impl Shard {
         for meta in metas {
             self.open_topic(meta).await?;
         }
+        self.offsets.load(self.core, self.cores()).await?;
         let owned: usize = self
             .partitions
             .borrow()
@@ -195,9 +202,24 @@ impl Shard {
             .collect()
     }
 
-    /// Registers a topic and opens the partitions this core owns.
+    /// Opens the partitions of a topic this core owns and registers the topic.
     async fn open_topic(self: &Rc<Self>, meta: TopicMeta) -> Result<(), StorageError> {
-        let meta = Rc::new(meta);
+        self.open_partitions(&meta).await?;
+        self.publish_topic(meta);
+        Ok(())
+    }
+
+    /// Makes a topic visible to this core's clients. The controller publishes a new topic
+    /// only after every core opened its partitions, so no core can route a request to an
+    /// owner that does not have the partition yet.
+    fn publish_topic(&self, meta: TopicMeta) {
+        self.topics
+            .borrow_mut()
+            .insert(meta.name.clone(), Rc::new(meta));
+    }
+
+    /// Opens the partitions of a topic this core owns, without publishing the topic.
+    async fn open_partitions(self: &Rc<Self>, meta: &TopicMeta) -> Result<(), StorageError> {
         let mut logs = vec![None; meta.partitions as usize];
         let log_config = meta.log_config(&self.config.log);
         for partition in 0..meta.partitions {
@@ -208,7 +230,6 @@ impl Shard {
             logs[partition as usize] = Some(PartitionLog::open(&dir, log_config.clone()).await?);
         }
         self.partitions.borrow_mut().insert(meta.name.clone(), logs);
-        self.topics.borrow_mut().insert(meta.name.clone(), meta);
         Ok(())
     }
 
@@ -268,15 +289,39 @@ impl Shard {
                 if_not_exists,
             } => self.create_topic_controller(meta, if_not_exists).await,
             Call::DeleteTopic { name } => self.delete_topic_controller(&name).await,
-            Call::OpenTopic { meta } => self
-                .open_topic(meta)
+            Call::OpenPartitions { meta } => self
+                .open_partitions(&meta)
                 .await
                 .map(|()| Answer::Done)
                 .map_err(Failure::from),
+            Call::PublishTopic { meta } => {
+                self.publish_topic(meta);
+                Ok(Answer::Done)
+            }
             Call::DropTopic { name } => {
                 self.drop_topic(&name);
                 Ok(Answer::Done)
             }
+            Call::CommitOffset { key, offset } => self
+                .offsets
+                .commit(key, offset)
+                .await
+                .map(|()| Answer::Done),
+            Call::FetchOffset { key } => match self.offsets.fetch(&key).await {
+                Ok(Some(committed)) => Ok(Answer::Offset(committed.offset)),
+                Ok(None) => Err(Failure::new(
+                    ErrorCode::NoCommittedOffset,
+                    "no offset committed",
+                )),
+                Err(failure) => Err(failure),
+            },
+            Call::GroupOffsets { group } => Ok(Answer::GroupOffsets(
+                self.offsets
+                    .entries(group.as_deref())
+                    .into_iter()
+                    .map(|(g, t, p, c)| (g, t, p, c.offset))
+                    .collect(),
+            )),
         };
         result.unwrap_or_else(Answer::Failed)
     }
@@ -341,9 +386,11 @@ impl Shard {
                         log.dir(),
                         plan.segment_base_offset,
                     ),
+                    file_id: plan.file_id,
                     position: plan.position,
                     length: plan.length,
                     crcs: plan.batches.iter().map(|b| b.crc).collect(),
+                    next_offset: plan.next_offset().unwrap_or(offset),
                     high_watermark: plan.high_watermark,
                     log_start_offset: plan.log_start_offset,
                     hot: plan.segment_base_offset == active_base,
@@ -493,7 +540,10 @@ impl Shard {
         }
         meta.persist(&self.config.data_dir).map_err(Failure::from)?;
         info!(topic = %meta.name, partitions = meta.partitions, "topic created");
-        self.broadcast(|| Call::OpenTopic { meta: meta.clone() })
+        // Two rounds: every owner opens its partitions, then every core learns the topic.
+        self.broadcast(|| Call::OpenPartitions { meta: meta.clone() })
+            .await?;
+        self.broadcast(|| Call::PublishTopic { meta: meta.clone() })
             .await
     }
 
@@ -532,9 +582,101 @@ impl Shard {
         Ok(Answer::Done)
     }
 
+    /// Stores a group's offset (the next offset it will consume) durably.
+    pub async fn commit_offset(
+        self: &Rc<Self>,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+        offset: u64,
+    ) -> Result<(), Failure> {
+        let key = self.offsets_key(group, topic, partition)?;
+        let owner = offsets::shard_owner(offsets::shard_of(&key), self.cores());
+        match self.route(owner, Call::CommitOffset { key, offset }).await {
+            Answer::Done => Ok(()),
+            Answer::Failed(failure) => Err(failure),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    /// A group's committed offset, if it has one.
+    pub async fn fetch_offset(
+        self: &Rc<Self>,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+    ) -> Result<Option<u64>, Failure> {
+        let key = self.offsets_key(group, topic, partition)?;
+        let owner = offsets::shard_owner(offsets::shard_of(&key), self.cores());
+        match self.route(owner, Call::FetchOffset { key }).await {
+            Answer::Offset(offset) => Ok(Some(offset)),
+            Answer::Failed(failure) if failure.code == ErrorCode::NoCommittedOffset => Ok(None),
+            Answer::Failed(failure) => Err(failure),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    /// Committed offsets of `group` (every group when `None`) across all cores.
+    pub async fn group_offsets(
+        self: &Rc<Self>,
+        group: Option<&str>,
+    ) -> Result<Vec<(String, String, u32, u64)>, Failure> {
+        let mut all = Vec::new();
+        for core in 0..self.cores() {
+            match self
+                .route(
+                    core,
+                    Call::GroupOffsets {
+                        group: group.map(str::to_string),
+                    },
+                )
+                .await
+            {
+                Answer::GroupOffsets(entries) => all.extend(entries),
+                Answer::Failed(failure) => return Err(failure),
+                other => return Err(other.unexpected()),
+            }
+        }
+        all.sort();
+        Ok(all)
+    }
+
+    /// (log start, high watermark) of any partition, wherever it lives.
+    pub async fn partition_state(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: u32,
+    ) -> Result<(u64, u64), Failure> {
+        let owner = self.owner(topic, partition);
+        let call = Call::PartitionState {
+            topic: topic.to_string(),
+            partition,
+        };
+        match self.route(owner, call).await {
+            Answer::PartitionState {
+                log_start_offset,
+                high_watermark,
+            } => Ok((log_start_offset, high_watermark)),
+            Answer::Failed(failure) => Err(failure),
+            other => Err(other.unexpected()),
+        }
+    }
+
+    fn offsets_key(&self, group: &[u8], topic: &[u8], partition: u32) -> Result<Vec<u8>, Failure> {
+        let group = validate_name(group).map_err(|e| {
+            Metrics::inc(&self.metrics.bad_names);
+            Failure::new(ErrorCode::InvalidName, format!("invalid group name: {e}"))
+        })?;
+        let topic = validate_name(topic).map_err(|e| {
+            Metrics::inc(&self.metrics.bad_names);
+            Failure::new(ErrorCode::InvalidName, format!("invalid topic name: {e}"))
+        })?;
+        Ok(offsets::encode_key(group, topic, partition))
+    }
+
     /// Flushes, syncs and closes every partition this core owns (clean shutdown).
     pub async fn close_all(&self) {
-        for log in self.local_logs() {
+        for log in self.local_logs().into_iter().chain(self.offsets.logs()) {
             if let Err(error) = log.close().await {
                 warn!(dir = %log.dir().display(), %error, "partition did not close cleanly");
             }
@@ -542,50 +684,34 @@ impl Shard {
     }
 }
 
-/// Stages every batch of a produce request on `log`; returns the first offset and the
-/// ticket of the last batch (committing it commits them all: group commit is in order).
+/// Stages every batch of a produce request on `log` as one contiguous run (all validated,
+/// CRCs included, before any is staged: a request is stored whole or not at all, so a
+/// client retrying an error never duplicates part of it). Returns the first offset and the
+/// last batch's ticket; committing it commits them all.
 pub async fn stage_all(
     log: &Rc<PartitionLog>,
     batches: ProduceBatches<'_>,
     metrics: &crate::server::metrics::Metrics,
 ) -> Result<(u64, crate::storage::Ticket), Failure> {
-    // A request is stored whole or not at all: with several batches, check every CRC before
-    // staging the first, so a bad one cannot leave its predecessors stored behind an error
-    // (a client retrying that error would duplicate them). A single batch is checked by
-    // `stage` itself, in the same pass that computes the stored CRC.
-    if batches.count > 1 {
-        for (crc, batch) in batches.iter() {
-            let actual = crate::protocol::record::batch_crc(batch);
-            if actual != crc {
-                metrics.bad_batches.set(metrics.bad_batches.get() + 1);
-                return Err(StorageError::from(
-                    crate::protocol::record::RecordError::CrcMismatch {
-                        expected: crc,
-                        actual,
-                    },
-                )
-                .into());
-            }
+    let staged = if batches.count == 1 {
+        let (crc, batch) = batches.iter().next().expect("one batch");
+        log.stage(batch, Some(crc))
+            .await
+            .map(|t| (t.base_offset, t))
+    } else {
+        log.stage_many(batches.iter().map(|(crc, batch)| (Some(crc), batch)))
+            .await
+    };
+    let staged = staged.inspect_err(|e| {
+        if matches!(e, StorageError::BadBatch(_)) {
+            Metrics::inc(&metrics.bad_batches);
         }
-    }
-    let mut first = None;
-    let mut last = None;
-    for (crc, batch) in batches.iter() {
-        let crc = (batches.count == 1).then_some(crc);
-        let ticket = log.stage(batch, crc).await.inspect_err(|e| {
-            if matches!(e, StorageError::BadBatch(_)) {
-                metrics.bad_batches.set(metrics.bad_batches.get() + 1);
-            }
-        })?;
-        first.get_or_insert(ticket.base_offset);
-        last = Some(ticket);
-        metrics.batches_in.set(metrics.batches_in.get() + 1);
-        metrics
-            .bytes_in
-            .set(metrics.bytes_in.get() + batch.len() as u64);
-    }
-    Ok((
-        first.expect("produce requests carry ≥ 1 batch"),
-        last.expect("≥ 1 batch"),
-    ))
+    })?;
+    metrics
+        .batches_in
+        .set(metrics.batches_in.get() + u64::from(batches.count));
+    metrics.bytes_in.set(
+        metrics.bytes_in.get() + batches.as_bytes().len() as u64 - 4 * u64::from(batches.count),
+    );
+    Ok(staged)
 }

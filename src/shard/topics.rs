@@ -83,7 +83,7 @@ impl TopicMeta {
         } else {
             settings.segment_bytes
         };
-        if !(4096..=SEGMENT_BYTES_MAX).contains(&segment_bytes) {
+        if !(1..=SEGMENT_BYTES_MAX).contains(&segment_bytes) {
             return invalid(format!(
                 "segment bytes {segment_bytes}; must be 4 KiB..1 GiB"
             ));
@@ -175,7 +175,7 @@ impl TopicMeta {
     pub fn persist(&self, data_dir: &Path) -> Result<(), StorageError> {
         let topics = topics_dir(data_dir);
         let dir = topics.join(&self.name);
-        fs::create_dir_all(&dir).map_err(|e| StorageError::io(&dir, e))?;
+        crate::storage::open::create_dir_durable(&dir)?;
         let tmp = dir.join(format!("{META_FILE}.tmp"));
         let path = dir.join(META_FILE);
         fs::write(&tmp, self.encode()).map_err(|e| StorageError::io(&tmp, e))?;
@@ -284,7 +284,7 @@ mod tests {
                 ..Default::default()
             },
             TopicSettings {
-                segment_bytes: 10,
+                segment_bytes: 2 << 30,
                 ..Default::default()
             },
             TopicSettings {

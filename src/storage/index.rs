@@ -151,6 +151,10 @@ impl Index {
         self.len == self.capacity
     }
 
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
     pub fn get(&self, i: usize) -> IndexEntry {
         assert!(i < self.len, "index entry {i} out of {}", self.len);
         IndexEntry::decode(&self.bytes()[i * ENTRY_LEN..(i + 1) * ENTRY_LEN])

@@ -71,6 +71,8 @@ pub struct Ticket {
 pub struct ReadPlan {
     /// Read-only descriptor of the segment's `.wal`.
     pub file: Rc<File>,
+    /// (device, inode) of that file.
+    pub file_id: crate::storage::segment::FileId,
     pub segment_base_offset: u64,
     pub position: u64,
     pub length: u64,
@@ -97,9 +99,12 @@ pub struct StoredBatch {
     pub bytes: Bytes,
 }
 
-pub(crate) enum Staged {
-    Ticket(Ticket),
-    NeedsRoll,
+/// What validation learned about a batch, kept for staging it.
+#[derive(Debug, Clone, Copy)]
+struct Checked {
+    timestamp_ns: u64,
+    records: u64,
+    body_crc: u32,
 }
 
 pub(crate) struct State {
@@ -203,23 +208,50 @@ impl PartitionLog {
         batch: &[u8],
         producer_crc: Option<u32>,
     ) -> Result<Ticket, StorageError> {
+        let checked = self.validate(batch, producer_crc)?;
         loop {
-            match self.try_stage(batch, producer_crc)? {
-                Staged::Ticket(ticket) => return Ok(ticket),
-                Staged::NeedsRoll => {
-                    let changed = self.progress.changed();
-                    self.kick();
-                    changed.await;
-                }
+            match self.try_stage(&[(batch, checked)])? {
+                Some(ticket) => return Ok(ticket),
+                None => self.wait_for_roll().await,
             }
         }
     }
 
-    pub(crate) fn try_stage(
-        &self,
-        batch: &[u8],
-        producer_crc: Option<u32>,
-    ) -> Result<Staged, StorageError> {
+    /// Stages several batches as one contiguous run of offsets: all are validated (CRC
+    /// included) before any is staged, and all land in the same segment, so no other
+    /// appender's batch can come between them. Returns the first offset and the last
+    /// batch's ticket (committing it commits all: commits are in offset order).
+    pub async fn stage_many<'b>(
+        self: &Rc<Self>,
+        batches: impl Iterator<Item = (Option<u32>, &'b [u8])>,
+    ) -> Result<(u64, Ticket), StorageError> {
+        let checked = batches
+            .map(|(crc, batch)| self.validate(batch, crc).map(|c| (batch, c)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if checked.is_empty() {
+            return Err(StorageError::BatchLength {
+                header_bytes: 0,
+                given_bytes: 0,
+            });
+        }
+        loop {
+            if let Some(last) = self.try_stage(&checked)? {
+                let records: u64 = checked.iter().map(|(_, c)| c.records).sum();
+                return Ok((last.end_offset - records, last));
+            }
+            self.wait_for_roll().await;
+        }
+    }
+
+    async fn wait_for_roll(self: &Rc<Self>) {
+        let changed = self.progress.changed();
+        self.kick();
+        changed.await;
+    }
+
+    /// Checks a batch (sizes, framing, the producer's CRC) before anything is staged, and
+    /// computes the CRC of its body once for the stored CRC.
+    fn validate(&self, batch: &[u8], producer_crc: Option<u32>) -> Result<Checked, StorageError> {
         let header = record::check(batch, &self.config.limits)?;
         if header.batch_len() != batch.len() {
             return Err(StorageError::BatchLength {
@@ -228,16 +260,29 @@ impl PartitionLog {
             });
         }
         let body_crc = crc32c::crc32c(&batch[HEADER_LEN..]);
-        let body_len = batch.len() - HEADER_LEN;
         if let Some(expected) = producer_crc {
-            let actual = record::crc_with_header(batch, body_crc, body_len);
+            let actual = record::crc_with_header(batch, body_crc, batch.len() - HEADER_LEN);
             if actual != expected {
                 return Err(record::RecordError::CrcMismatch { expected, actual }.into());
             }
         }
+        Ok(Checked {
+            timestamp_ns: header.timestamp_ns,
+            records: header.records(),
+            body_crc,
+        })
+    }
 
+    /// Stages validated batches if the active segment has room for all of them; `None`
+    /// when it must roll first. Synchronous: nothing can interleave.
+    fn try_stage(&self, batches: &[(&[u8], Checked)]) -> Result<Option<Ticket>, StorageError> {
         let mut st = self.state.borrow_mut();
         st.check_writable()?;
+        let bytes: usize = batches.iter().map(|(b, _)| b.len()).sum();
+        let records: u64 = batches.iter().map(|(_, c)| c.records).sum();
+        st.next_offset
+            .checked_add(records)
+            .ok_or(StorageError::OffsetOverflow)?;
         let State {
             segments,
             pending,
@@ -250,54 +295,58 @@ impl PartitionLog {
         let active = segments
             .last_mut()
             .expect("a log always has an active segment");
-        if *roll_requested || self.needs_roll(active, batch.len()) {
+        if *roll_requested || self.needs_roll(active, bytes, batches.len()) {
             *roll_requested = true;
-            return Ok(Staged::NeedsRoll);
+            return Ok(None);
         }
-        let base_offset = *next_offset;
-        let end_offset = base_offset
-            .checked_add(header.records())
-            .ok_or(StorageError::OffsetOverflow)?;
-
-        let start = pending.len();
-        pending.extend_from_slice(batch);
-        let stored = &mut pending[start..];
-        record::set_offset(stored, base_offset);
-        let timestamp_ns = if header.timestamp_ns == 0 {
-            let now = now_ns();
-            record::set_timestamp(stored, now);
-            now
-        } else {
-            header.timestamp_ns
-        };
-        let entry = IndexEntry {
-            offset: base_offset,
-            max_timestamp_ns: active
-                .last_entry()
-                .map_or(timestamp_ns, |e| e.max_timestamp_ns.max(timestamp_ns)),
-            position: u32::try_from(*pending_position + start as u64)
-                .expect("segment_bytes keeps positions in u32"),
-            length: u32::try_from(batch.len()).expect("limits keep a batch under 4 GiB"),
-            records: u32::try_from(header.records()).expect("record count is a u32"),
-            crc: record::crc_with_header(stored, body_crc, body_len),
-        };
-        debug_assert_eq!(entry.crc, record::batch_crc(stored));
-        debug_assert_eq!(u64::from(entry.position), active.size_bytes);
-        active.index.push(&entry);
-        active.size_bytes += batch.len() as u64;
-        active.next_offset = end_offset;
-        *next_offset = end_offset;
-        Ok(Staged::Ticket(Ticket {
-            base_offset,
-            end_offset,
-            epoch: rollbacks.len(),
-        }))
+        let mut ticket = None;
+        for (batch, checked) in batches {
+            let base_offset = *next_offset;
+            let end_offset = base_offset + checked.records;
+            let start = pending.len();
+            pending.extend_from_slice(batch);
+            let stored = &mut pending[start..];
+            record::set_offset(stored, base_offset);
+            let timestamp_ns = if checked.timestamp_ns == 0 {
+                let now = now_ns();
+                record::set_timestamp(stored, now);
+                now
+            } else {
+                checked.timestamp_ns
+            };
+            let entry = IndexEntry {
+                offset: base_offset,
+                max_timestamp_ns: active
+                    .last_entry()
+                    .map_or(timestamp_ns, |e| e.max_timestamp_ns.max(timestamp_ns)),
+                position: u32::try_from(*pending_position + start as u64)
+                    .expect("segment_bytes keeps positions in u32"),
+                length: u32::try_from(batch.len()).expect("limits keep a batch under 4 GiB"),
+                records: u32::try_from(checked.records).expect("record count is a u32"),
+                crc: record::crc_with_header(stored, checked.body_crc, batch.len() - HEADER_LEN),
+            };
+            debug_assert_eq!(entry.crc, record::batch_crc(stored));
+            debug_assert_eq!(u64::from(entry.position), active.size_bytes);
+            active.index.push(&entry);
+            active.size_bytes += batch.len() as u64;
+            active.next_offset = end_offset;
+            *next_offset = end_offset;
+            ticket = Some(Ticket {
+                base_offset,
+                end_offset,
+                epoch: rollbacks.len(),
+            });
+        }
+        Ok(ticket)
     }
 
-    fn needs_roll(&self, active: &Segment, batch_len: usize) -> bool {
+    /// The active segment is not empty and cannot take `bytes` more in `batches` more
+    /// entries (or has grown too old). An empty segment takes anything, so a batch larger
+    /// than `segment_bytes` still has a home.
+    fn needs_roll(&self, active: &Segment, bytes: usize, batches: usize) -> bool {
         active.size_bytes > 0
-            && (active.size_bytes + batch_len as u64 > self.config.segment_bytes
-                || active.index.is_full()
+            && (active.size_bytes + bytes as u64 > self.config.segment_bytes
+                || active.index.len() + batches > active.index.capacity()
                 || active.opened_at.elapsed() >= self.config.segment_age)
     }
 
@@ -335,8 +384,10 @@ impl PartitionLog {
         Ok(false)
     }
 
-    /// Starts the I/O task unless it is running or there is nothing to do.
-    fn kick(self: &Rc<Self>) {
+    /// Starts the I/O task unless it is running or there is nothing to do. Callers that
+    /// stage batches and answer later (a connection whose writer is busy with an earlier
+    /// request) kick right after staging, so the write and fsync start at once.
+    pub fn kick(self: &Rc<Self>) {
         if self.io_busy.get() || !self.has_io_work() {
             return;
         }
@@ -438,6 +489,8 @@ impl PartitionLog {
         st.next_offset = written;
         st.pending.clear();
         st.pending_position = position;
+        // Whatever asked for a roll re-checks against the smaller segment.
+        st.roll_requested = false;
         st.rollbacks.push((written, kind));
         warn!(dir = %self.dir.display(), from_offset = written, ?kind, "write failed; unwritten batches rolled back");
     }
@@ -474,8 +527,13 @@ impl PartitionLog {
         self.write_pending().await?;
         self.sync_written().await?;
         let base = {
-            let st = self.state.borrow();
+            let mut st = self.state.borrow_mut();
             assert!(st.pending.is_empty(), "roll with pending bytes");
+            if st.segments.last().is_some_and(|s| s.size_bytes == 0) {
+                // A failed write emptied the segment again: it has room for anything.
+                st.roll_requested = false;
+                return Ok(());
+            }
             st.next_offset
         };
         let mut active = {
@@ -484,9 +542,24 @@ impl PartitionLog {
         };
         let sealed = active.seal().await;
         self.state.borrow_mut().segments.push(active);
-        sealed?;
-        let created = Segment::create(&self.dir, base, self.config.index_entries).await?;
-        self.sync_dir().await?;
+        let created = match sealed {
+            Ok(()) => match Segment::create(&self.dir, base, self.config.index_entries).await {
+                Ok(created) => self.sync_dir().await.map(|()| created),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        let created = match created {
+            Ok(created) => created,
+            Err(error) => {
+                // The old segment is sealed and no new one is writable: nothing can be
+                // appended until a restart reopens the log.
+                let reason = format!("segment roll failed: {error}");
+                warn!(dir = %self.dir.display(), %reason, "partition fenced");
+                self.state.borrow_mut().fenced = Some(reason);
+                return Err(error);
+            }
+        };
         let mut st = self.state.borrow_mut();
         st.segments.push(created);
         st.pending_position = 0;
@@ -618,6 +691,7 @@ impl PartitionLog {
             }
             return Ok(ReadPlan {
                 file: Rc::clone(segment.reader()),
+                file_id: segment.file_id,
                 segment_base_offset: segment.base_offset,
                 position: u64::from(batches[0].position),
                 length,
@@ -628,6 +702,7 @@ impl PartitionLog {
         }
         Ok(ReadPlan {
             file: Rc::clone(st.segments.last().expect("active segment").reader()),
+            file_id: st.segments.last().expect("active segment").file_id,
             segment_base_offset: st.segments.last().expect("active segment").base_offset,
             position: 0,
             length: 0,

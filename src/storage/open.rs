@@ -54,7 +54,7 @@ struct Recovered {
 /// Opens every segment of the partition in `dir`, recovering as needed; the last returned
 /// segment is active. Creates the directory and a first segment when there is none.
 pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment>, StorageError> {
-    fs::create_dir_all(dir).map_err(|e| StorageError::io(dir, e))?;
+    create_dir_durable(dir)?;
     let marker = dir.join(CLEAN_MARKER);
     let clean = marker.exists();
     if clean {
@@ -294,8 +294,12 @@ fn quarantine(dir: &Path, bases: &[u64]) -> Result<(), StorageError> {
     if bases.is_empty() {
         return Ok(());
     }
-    let target = dir.join(QUARANTINE_DIR);
-    fs::create_dir_all(&target).map_err(|e| StorageError::io(&target, e))?;
+    // One directory per event: a later cut can reuse base offsets, and a rename onto an
+    // existing name would silently replace what an earlier event kept.
+    let target = dir
+        .join(QUARANTINE_DIR)
+        .join(crate::storage::log::now_ns().to_string());
+    create_dir_durable(&target)?;
     for &base in bases {
         for path in [wal_path(dir, base), idx_path(dir, base)] {
             let Ok(meta) = fs::metadata(&path) else {
@@ -334,6 +338,27 @@ pub fn write_clean_marker(dir: &Path) -> Result<(), StorageError> {
     File::create(&path)
         .and_then(|f| f.sync_data())
         .map_err(|e| StorageError::io(&path, e))
+}
+
+/// Creates `dir` and any missing parents, fsyncing each parent after an entry is added to
+/// it, so the new directories survive a crash (a partition created, acknowledged, and then
+/// lost with its directory entry would lose acknowledged data).
+pub fn create_dir_durable(dir: &Path) -> Result<(), StorageError> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_dir_durable(parent)?;
+    }
+    match fs::create_dir(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        Err(e) => return Err(StorageError::io(dir, e)),
+    }
+    match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent) => sync_dir(parent),
+        None => Ok(()),
+    }
 }
 
 /// fsyncs a directory, making new, renamed and removed entries in it durable.

@@ -35,6 +35,16 @@ pub fn parse_file_name(name: &str, ext: &str) -> Option<u64> {
         .flatten()
 }
 
+/// (device, inode): which file a descriptor or path names.
+pub type FileId = (u64, u64);
+
+/// (device, inode) of an open file.
+pub fn file_id(file: &File) -> std::io::Result<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata()?;
+    Ok((meta.dev(), meta.ino()))
+}
+
 /// Handles the active segment writes through.
 pub(crate) struct Writer {
     pub wal: Rc<BufferedFile>,
@@ -43,6 +53,9 @@ pub(crate) struct Writer {
 
 pub struct Segment {
     pub base_offset: u64,
+    /// (device, inode) of the `.wal`: tells a descriptor opened by path elsewhere whether it
+    /// still names this file (compaction and topic re-creation replace files at one path).
+    pub file_id: FileId,
     /// Offset after the last batch staged into this segment.
     pub next_offset: u64,
     /// Bytes of batches staged into this segment (written or still pending).
@@ -130,7 +143,9 @@ impl Segment {
             .map_err(|e| StorageError::io(&idx, e))?;
         let index = Index::writable(&idx_file, entries).map_err(|e| StorageError::io(&idx, e))?;
         let reader = File::open(&wal).map_err(|e| StorageError::io(&wal, e))?;
+        let file_id = file_id(&reader).map_err(|e| StorageError::io(&wal, e))?;
         Ok(Segment {
+            file_id,
             base_offset,
             next_offset,
             size_bytes,
@@ -156,7 +171,9 @@ impl Segment {
             .last()
             .map_or((base_offset, 0), |e| (e.next_offset(), e.end_position()));
         let reader = File::open(&wal).map_err(|e| StorageError::io(&wal, e))?;
+        let file_id = file_id(&reader).map_err(|e| StorageError::io(&wal, e))?;
         Ok(Segment {
+            file_id,
             base_offset,
             next_offset,
             size_bytes,

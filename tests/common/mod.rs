@@ -157,5 +157,13 @@ impl Drop for Broker {
             let _ = child.kill();
             let _ = child.wait();
         }
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(60).collect();
+            eprintln!("--- broker log (last 60 lines) ---");
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
     }
 }

@@ -1,0 +1,345 @@
+//! HermitMQ v1 connections (`HERMIT-WIRE.md`), so existing HermitMQ clients work unchanged,
+//! with pagurus's guarantees where HermitMQ has none:
+//!
+//! - producer: acknowledged per the fsync policy (HermitMQ acks before any fsync); sizes are
+//!   checked before memory is allocated; a bad batch or name closes the connection with a
+//!   log line and a counter, and nothing partial is stored.
+//! - consumer: pushed from the group's committed offset with sendfile, like native fetches;
+//!   one that disconnects while waiting for data is noticed at once and its task ends.
+//! - commit: durable per the fsync policy before the `0x01` answer.
+
+use std::cell::RefCell;
+use std::io;
+use std::rc::Rc;
+use std::time::Instant;
+
+use bytes::{Buf, BytesMut};
+use futures_lite::FutureExt;
+use glommio::net::TcpStream;
+use tracing::{debug, warn};
+
+use crate::protocol::hermit::{self, HermitError};
+use crate::protocol::record::{self, BatchHeader, RecordError};
+use crate::server::connection::handshake;
+use crate::server::io::{read_some, write_all};
+use crate::server::metrics::Metrics;
+use crate::server::sendfile::send_range;
+use crate::shard::mesh::{Answer, Call};
+use crate::shard::{Failure, Shard};
+
+/// Longest consumer long-poll before the loop looks again (it is woken by new data sooner).
+const CONSUMER_WAIT_MS: u32 = 1000;
+/// Bytes one push to a consumer covers at most.
+const CONSUMER_PUSH_BYTES: u32 = 4 << 20;
+
+pub async fn serve(
+    shard: Rc<Shard>,
+    stream: RefCell<TcpStream>,
+    role: u8,
+    deadline: Instant,
+) -> io::Result<()> {
+    let mut buf = BytesMut::with_capacity(4096);
+    match role {
+        hermit::ROLE_PRODUCER => producer(&shard, &stream, &mut buf, deadline).await,
+        hermit::ROLE_CONSUMER => consumer(&shard, &stream, &mut buf, deadline).await,
+        _ => commit(&shard, &stream, &mut buf, deadline).await,
+    }
+}
+
+/// Reads until `parse` succeeds; `None` when the connection must close (the reason was
+/// logged and counted).
+async fn read_message<T>(
+    shard: &Shard,
+    stream: &RefCell<TcpStream>,
+    buf: &mut BytesMut,
+    parse: impl Fn(&[u8]) -> Result<(T, usize), HermitError>,
+) -> io::Result<Option<(T, usize)>> {
+    loop {
+        match parse(buf) {
+            Ok((message, used)) => return Ok(Some((message, used))),
+            Err(HermitError::Incomplete { needed }) => fill(stream, buf, needed).await?,
+            Err(error) => {
+                Metrics::inc(&shard.metrics.bad_names);
+                warn!(%error, "HermitMQ handshake refused; connection closed");
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// Reads at least `needed` more bytes into `buf`.
+async fn fill(stream: &RefCell<TcpStream>, buf: &mut BytesMut, needed: usize) -> io::Result<()> {
+    let target = buf.len() + needed;
+    while buf.len() < target {
+        let len = buf.len();
+        buf.resize(len + (target - len).max(4096), 0);
+        let n = read_some(stream, &mut buf[len..]).await;
+        match n {
+            Ok(0) => {
+                buf.truncate(len);
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            Ok(n) => buf.truncate(len + n),
+            Err(e) => {
+                buf.truncate(len);
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn producer(
+    shard: &Rc<Shard>,
+    stream: &RefCell<TcpStream>,
+    buf: &mut BytesMut,
+    deadline: Instant,
+) -> io::Result<()> {
+    let Some((hello, used)) = handshake(
+        deadline,
+        read_message(shard, stream, buf, |b| {
+            hermit::parse_producer_hello(b).map(|(h, n)| ((h.topic.to_string(), h.partition), n))
+        }),
+    )
+    .await?
+    else {
+        return Ok(());
+    };
+    buf.advance(used);
+    let (topic, partition) = hello;
+    let meta = match shard.ensure_topic(topic.as_bytes()).await {
+        Ok(meta) => meta,
+        Err(failure) => {
+            warn!(topic, error = %failure.message, "HermitMQ producer refused; connection closed");
+            return Ok(());
+        }
+    };
+    stream
+        .borrow()
+        .set_read_timeout(Some(shard.config.idle_timeout))?;
+    let limits = shard.config.log.limits;
+    loop {
+        // The header first: magic and sizes are checked before the body is waited for.
+        let header = loop {
+            match BatchHeader::decode(buf, &limits) {
+                Ok(header) => break header,
+                Err(RecordError::Incomplete { needed }) => match fill(stream, buf, needed).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && buf.is_empty() => {
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                },
+                Err(error) => {
+                    Metrics::inc(&shard.metrics.bad_batches);
+                    warn!(%error, topic, "HermitMQ producer sent a bad batch; connection closed (v1 has no error frame)");
+                    return Ok(());
+                }
+            }
+        };
+        let len = header.batch_len();
+        if buf.len() < len {
+            fill(stream, buf, len - buf.len()).await?;
+        }
+        let ack = if partition >= meta.partitions {
+            debug!(
+                topic,
+                partition, "HermitMQ produce to a partition that does not exist"
+            );
+            hermit::encode_ack(hermit::ACK_FAILED, 0)
+        } else {
+            match append(shard, &topic, partition, &buf[..len]).await {
+                Ok(base_offset) => hermit::encode_ack(hermit::ACK_STORED, base_offset),
+                Err(failure) => {
+                    warn!(topic, partition, error = %failure.message, "HermitMQ append failed; 0xFF sent");
+                    hermit::encode_ack(hermit::ACK_FAILED, 0)
+                }
+            }
+        };
+        buf.advance(len);
+        write_all(stream, &ack).await?;
+    }
+}
+
+/// Appends one batch wherever its partition lives; returns its base offset once acknowledged.
+async fn append(
+    shard: &Rc<Shard>,
+    topic: &str,
+    partition: u32,
+    batch: &[u8],
+) -> Result<u64, Failure> {
+    let owner = shard.owner(topic, partition);
+    if owner == shard.core {
+        let log = shard.local_log(topic, partition).ok_or_else(|| {
+            Failure::new(
+                crate::protocol::native::ErrorCode::UnknownTopic,
+                "topic is being deleted",
+            )
+        })?;
+        let ticket = log
+            .stage(batch, None)
+            .await
+            .inspect_err(|_| Metrics::inc(&shard.metrics.bad_batches))?;
+        Metrics::inc(&shard.metrics.batches_in);
+        log.commit(ticket).await?;
+        return Ok(ticket.base_offset);
+    }
+    // The mesh carries produce batches as (crc, batch) pairs, like a native request.
+    let mut bytes = Vec::with_capacity(4 + batch.len());
+    bytes.extend_from_slice(&record::batch_crc(batch).to_be_bytes());
+    bytes.extend_from_slice(batch);
+    let call = Call::Produce {
+        topic: topic.to_string(),
+        partition,
+        count: 1,
+        batches: bytes.into(),
+    };
+    match shard.route(owner, call).await {
+        Answer::Produced { base_offset, .. } => Ok(base_offset),
+        Answer::Failed(failure) => Err(failure),
+        other => Err(other.unexpected()),
+    }
+}
+
+enum Wake {
+    Data(Answer),
+    Disconnected,
+}
+
+async fn consumer(
+    shard: &Rc<Shard>,
+    stream: &RefCell<TcpStream>,
+    buf: &mut BytesMut,
+    deadline: Instant,
+) -> io::Result<()> {
+    let Some(((group, topic, partition), _)) = handshake(
+        deadline,
+        read_message(shard, stream, buf, |b| {
+            hermit::parse_consumer_hello(b)
+                .map(|(h, n)| ((h.group.to_string(), h.topic.to_string(), h.partition), n))
+        }),
+    )
+    .await?
+    else {
+        return Ok(());
+    };
+    let meta = match shard.ensure_topic(topic.as_bytes()).await {
+        Ok(meta) if partition < meta.partitions => meta,
+        Ok(_) | Err(_) => {
+            warn!(
+                topic,
+                partition, "HermitMQ consumer for a partition that cannot exist; connection closed"
+            );
+            return Ok(());
+        }
+    };
+    // The client sends nothing more; a read that ends means it went away.
+    stream.borrow().set_read_timeout(None)?;
+    let (log_start, _) = shard
+        .partition_state(&meta.name, partition)
+        .await
+        .unwrap_or((0, 0));
+    let committed = shard
+        .fetch_offset(group.as_bytes(), topic.as_bytes(), partition)
+        .await
+        .ok()
+        .flatten();
+    // Resume at the committed offset; skip forward if retention removed it.
+    let mut offset = committed.unwrap_or(log_start).max(log_start);
+    debug!(group, topic, partition, offset, "HermitMQ consumer starts");
+    let owner = shard.owner(&topic, partition);
+    let mut probe = [0u8; 1];
+    loop {
+        let call = Call::Fetch {
+            topic: topic.clone(),
+            partition,
+            offset,
+            max_bytes: CONSUMER_PUSH_BYTES,
+            max_wait_ms: CONSUMER_WAIT_MS,
+        };
+        let fetch = async { Wake::Data(shard.route(owner, call).await) };
+        let gone = async {
+            // Any byte or end of stream from a consumer ends it: v1 consumers only listen.
+            let _ = read_some(stream, &mut probe).await;
+            Wake::Disconnected
+        };
+        let plan = match fetch.or(gone).await {
+            Wake::Disconnected => {
+                debug!(
+                    group,
+                    topic, partition, "HermitMQ consumer went away; cleaned up"
+                );
+                return Ok(());
+            }
+            Wake::Data(Answer::Plan(plan)) => plan,
+            Wake::Data(Answer::Failed(Failure {
+                range: Some((earliest, latest)),
+                ..
+            })) => {
+                // Out of range: behind retention, skip to the oldest; past the end, wait there.
+                offset = if offset < earliest { earliest } else { latest };
+                continue;
+            }
+            Wake::Data(Answer::Failed(failure)) => {
+                warn!(topic, partition, error = %failure.message, "HermitMQ consumer stopped");
+                return Ok(());
+            }
+            Wake::Data(other) => {
+                warn!(answer = ?other, "unexpected answer to a fetch");
+                return Ok(());
+            }
+        };
+        if plan.crcs.is_empty() {
+            if shard.shutdown.is_requested() {
+                return Ok(());
+            }
+            continue;
+        }
+        let file = shard.segment_files.open(&plan.wal_path, plan.file_id)?;
+        send_range(stream, &file, plan.position, plan.length, plan.hot).await?;
+        shard
+            .metrics
+            .bytes_out
+            .set(shard.metrics.bytes_out.get() + plan.length);
+        offset = plan.next_offset;
+    }
+}
+
+async fn commit(
+    shard: &Rc<Shard>,
+    stream: &RefCell<TcpStream>,
+    buf: &mut BytesMut,
+    deadline: Instant,
+) -> io::Result<()> {
+    let Some(((group, topic, partition, offset), _)) = handshake(
+        deadline,
+        read_message(shard, stream, buf, |b| {
+            hermit::parse_commit(b).map(|(c, n)| {
+                (
+                    (
+                        c.group.to_string(),
+                        c.topic.to_string(),
+                        c.partition,
+                        c.offset,
+                    ),
+                    n,
+                )
+            })
+        }),
+    )
+    .await?
+    else {
+        return Ok(());
+    };
+    match shard
+        .commit_offset(group.as_bytes(), topic.as_bytes(), partition, offset)
+        .await
+    {
+        Ok(()) => write_all(stream, &[hermit::COMMIT_DONE]).await,
+        Err(failure) => {
+            // v1 has no error answer: close without 0x01, so the client sees the failure.
+            warn!(group, topic, partition, error = %failure.message, "HermitMQ commit failed; connection closed");
+            Ok(())
+        }
+    }
+}

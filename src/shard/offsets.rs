@@ -1,0 +1,248 @@
+//! Consumer group offsets: 256 shards, each an internal log on the core that owns it.
+//!
+//! A committed offset is keyed by (group, topic, partition), encoded without ambiguity as
+//! `[u16 len][group][u16 len][topic][u32 partition]` (HermitMQ's `group:topic:partition`
+//! string collides as soon as a name contains `:`; this cannot). The key picks a shard,
+//! `fnv1a32(key) & 255`, and shard `s` lives on core `s % cores`, in
+//! `<data>/offsets/<s>/` as a partition log of the storage engine: every commit appends a
+//! batch whose key is the encoded key and whose payload is `[u64 offset][u64 commit time ns]`,
+//! acknowledged per the broker's fsync policy. The newest batch per key wins; at start each
+//! shard is replayed into memory. Logs are opened on first use, so an idle broker does not
+//! create 256 directories.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Duration;
+
+use crate::protocol::record::{self, BatchHeader, encode_batch};
+use crate::protocol::wire::{Put, Reader};
+use crate::shard::Failure;
+use crate::shard::routing::fnv1a32;
+use crate::storage::{LogConfig, PartitionLog, StorageError};
+
+pub const SHARDS: usize = 256;
+const OFFSETS_DIR: &str = "offsets";
+
+/// Bytes of an offset record's payload.
+const VALUE_LEN: usize = 16;
+
+/// The shard of an encoded key.
+pub fn shard_of(key: &[u8]) -> usize {
+    (fnv1a32(key) & 255) as usize
+}
+
+/// The core that owns shard `shard`.
+pub fn shard_owner(shard: usize, cores: usize) -> usize {
+    shard % cores.max(1)
+}
+
+/// Encodes (group, topic, partition) as an offsets key.
+pub fn encode_key(group: &str, topic: &str, partition: u32) -> Vec<u8> {
+    let mut key = Vec::with_capacity(8 + group.len() + topic.len());
+    key.put_string(group.as_bytes());
+    key.put_string(topic.as_bytes());
+    key.put_u32(partition);
+    key
+}
+
+/// Decodes an offsets key.
+pub fn decode_key(key: &[u8]) -> Option<(String, String, u32)> {
+    let mut r = Reader::new(key);
+    let group = std::str::from_utf8(r.string("group").ok()?)
+        .ok()?
+        .to_string();
+    let topic = std::str::from_utf8(r.string("topic").ok()?)
+        .ok()?
+        .to_string();
+    let partition = r.u32("partition").ok()?;
+    r.finish("key").ok()?;
+    Some((group, topic, partition))
+}
+
+/// One committed offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: u64,
+    pub committed_at_ns: u64,
+    /// Where the commit sits in the shard's log: of two commits to one key, the later in
+    /// the log wins, whichever task resumes first after their shared fsync.
+    log_offset: u64,
+}
+
+struct OffsetShard {
+    log: Rc<PartitionLog>,
+    latest: HashMap<Vec<u8>, Committed>,
+}
+
+/// The offset shards one core owns.
+pub struct OffsetStore {
+    data_dir: std::path::PathBuf,
+    config: LogConfig,
+    shards: RefCell<HashMap<usize, Rc<RefCell<Option<OffsetShard>>>>>,
+}
+
+impl OffsetStore {
+    /// `defaults` are the broker's log settings; internal logs use small segments.
+    pub fn new(data_dir: &Path, defaults: &LogConfig) -> OffsetStore {
+        OffsetStore {
+            data_dir: data_dir.to_path_buf(),
+            config: LogConfig {
+                segment_bytes: 16 * 1024 * 1024,
+                segment_age: Duration::from_secs(24 * 3600),
+                index_entries: 64 * 1024,
+                ..defaults.clone()
+            },
+            shards: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Opens the shards that exist on disk and belong to `core`.
+    pub async fn load(&self, core: usize, cores: usize) -> Result<(), StorageError> {
+        let dir = self.data_dir.join(OFFSETS_DIR);
+        if !dir.exists() {
+            return Ok(());
+        }
+        for shard in (0..SHARDS).filter(|&s| shard_owner(s, cores) == core) {
+            if dir.join(shard.to_string()).exists() {
+                self.shard(shard).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The shard, opened (and replayed) on first use.
+    async fn shard(&self, shard: usize) -> Result<Rc<RefCell<Option<OffsetShard>>>, StorageError> {
+        let slot = Rc::clone(self.shards.borrow_mut().entry(shard).or_default());
+        if slot.borrow().is_some() {
+            return Ok(slot);
+        }
+        let dir = self.data_dir.join(OFFSETS_DIR).join(shard.to_string());
+        let log = PartitionLog::open(&dir, self.config.clone()).await?;
+        let latest = replay(&log)?;
+        // Another task may have opened it while this one awaited; keep the first.
+        if slot.borrow().is_none() {
+            *slot.borrow_mut() = Some(OffsetShard { log, latest });
+        }
+        Ok(slot)
+    }
+
+    /// Stores an offset durably (per the fsync policy) and returns once acknowledged.
+    pub async fn commit(&self, key: Vec<u8>, offset: u64) -> Result<(), Failure> {
+        let slot = self.shard(shard_of(&key)).await?;
+        let log = Rc::clone(&slot.borrow().as_ref().expect("opened").log);
+        let committed_at_ns = crate::storage::log::now_ns();
+        let mut value = Vec::with_capacity(VALUE_LEN);
+        value.put_u64(offset);
+        value.put_u64(committed_at_ns);
+        let batch = encode_batch(committed_at_ns, &key, &value, 1);
+        let ticket = log.stage(&batch, None).await?;
+        log.commit(ticket).await?;
+        // Visible only once durable (per the policy); the log order decides between
+        // concurrent commits to one key.
+        let committed = Committed {
+            offset,
+            committed_at_ns,
+            log_offset: ticket.base_offset,
+        };
+        let mut guard = slot.borrow_mut();
+        let shard = guard.as_mut().expect("opened");
+        let newer = shard
+            .latest
+            .get(&key)
+            .is_none_or(|old| old.log_offset < committed.log_offset);
+        if newer {
+            shard.latest.insert(key, committed);
+        }
+        Ok(())
+    }
+
+    pub async fn fetch(&self, key: &[u8]) -> Result<Option<Committed>, Failure> {
+        let shard = shard_of(key);
+        let dir = self.data_dir.join(OFFSETS_DIR).join(shard.to_string());
+        if !self.shards.borrow().contains_key(&shard) && !dir.exists() {
+            return Ok(None);
+        }
+        let slot = self.shard(shard).await?;
+        let guard = slot.borrow();
+        Ok(guard.as_ref().and_then(|s| s.latest.get(key).copied()))
+    }
+
+    /// Every (key, committed) in the shards of this core whose group is `group` (all groups
+    /// when `None`).
+    pub fn entries(&self, group: Option<&str>) -> Vec<(String, String, u32, Committed)> {
+        let mut out = Vec::new();
+        for slot in self.shards.borrow().values() {
+            let guard = slot.borrow();
+            let Some(shard) = guard.as_ref() else {
+                continue;
+            };
+            for (key, committed) in &shard.latest {
+                if let Some((g, topic, partition)) = decode_key(key)
+                    && group.is_none_or(|want| want == g)
+                {
+                    out.push((g, topic, partition, *committed));
+                }
+            }
+        }
+        out.sort_by(|a, b| (&a.0, &a.1, a.2).cmp(&(&b.0, &b.1, b.2)));
+        out
+    }
+
+    /// Every offset log this core has open.
+    pub fn logs(&self) -> Vec<Rc<PartitionLog>> {
+        self.shards
+            .borrow()
+            .values()
+            .filter_map(|slot| slot.borrow().as_ref().map(|s| Rc::clone(&s.log)))
+            .collect()
+    }
+}
+
+/// Reads a whole offsets log into a map of the newest value per key.
+fn replay(log: &PartitionLog) -> Result<HashMap<Vec<u8>, Committed>, StorageError> {
+    let mut latest = HashMap::new();
+    let mut offset = log.log_start_offset();
+    let limits = log.config().limits;
+    while offset < log.high_watermark() {
+        let batches = log.read(offset, 1 << 20)?;
+        let Some(last) = batches.last() else { break };
+        offset = last.entry.next_offset();
+        for batch in batches {
+            let header = BatchHeader::decode(&batch.bytes, &limits)?;
+            let value = record::payload_of(&batch.bytes, &header);
+            if value.len() != VALUE_LEN {
+                tracing::warn!(
+                    offset = header.offset,
+                    "offsets record with a bad value; skipped"
+                );
+                continue;
+            }
+            let key = record::key_of(&batch.bytes, &header).to_vec();
+            let committed = Committed {
+                offset: u64::from_be_bytes(value[..8].try_into().expect("8")),
+                committed_at_ns: u64::from_be_bytes(value[8..].try_into().expect("8")),
+                log_offset: header.offset,
+            };
+            latest.insert(key, committed);
+        }
+    }
+    Ok(latest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_unambiguous() {
+        // With HermitMQ's "group:topic:partition" these two would be the same string.
+        let a = encode_key("a:b", "c", 1);
+        let b = encode_key("a", "b:c", 1);
+        assert_ne!(a, b);
+        assert_eq!(decode_key(&a), Some(("a:b".into(), "c".into(), 1)));
+        assert_eq!(decode_key(&b), Some(("a".into(), "b:c".into(), 1)));
+        assert!(shard_of(&a) < SHARDS);
+    }
+}

@@ -1,0 +1,273 @@
+//! HermitMQ v1 compatibility: the bytes of HERMIT-WIRE.md, spoken by a raw socket exactly as
+//! HermitMQ's clients and load tools speak them.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::Broker;
+use pagurus::limits::Limits;
+use pagurus::protocol::hermit::{self, ACK_FAILED, ACK_STORED};
+use pagurus::protocol::native::TopicSettings;
+use pagurus::protocol::record::{self, BatchHeader, HEADER_LEN, encode_batch};
+
+struct V1Producer {
+    stream: TcpStream,
+}
+
+impl V1Producer {
+    fn connect(broker: &Broker, topic: &str, partition: u32) -> V1Producer {
+        let mut stream = TcpStream::connect(broker.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream
+            .write_all(&hermit::encode_producer_hello(topic, partition))
+            .unwrap();
+        V1Producer { stream }
+    }
+
+    /// Sends one batch (the client's offset field is garbage on purpose) and reads the ack.
+    fn send(&mut self, batch: &[u8]) -> (u8, u64) {
+        let mut batch = batch.to_vec();
+        record::set_offset(&mut batch, 0xdead_beef);
+        self.stream.write_all(&batch).unwrap();
+        let mut ack = [0u8; 9];
+        self.stream.read_exact(&mut ack).unwrap();
+        (ack[0], u64::from_be_bytes(ack[1..].try_into().unwrap()))
+    }
+}
+
+/// HermitMQ's load tool: 100 records of 28 bytes packed in one payload.
+fn load_batch(producer: usize, batch: usize) -> Vec<u8> {
+    let mut payload = Vec::with_capacity(100 * 28);
+    for record in 0..100usize {
+        let mut r = [0u8; 28];
+        r[..8].copy_from_slice(&(producer as u64).to_be_bytes());
+        r[8..16].copy_from_slice(&(batch as u64).to_be_bytes());
+        r[16..24].copy_from_slice(&(record as u64).to_be_bytes());
+        payload.extend_from_slice(&r);
+    }
+    encode_batch(0, b"", &payload, 100)
+}
+
+/// Reads pushed batches until `records` logical records arrived; checks offsets are
+/// contiguous from `first`. Returns the batches.
+fn consume_records(stream: &mut TcpStream, first: u64, records: u64) -> Vec<Vec<u8>> {
+    let limits = Limits::default();
+    let mut batches = Vec::new();
+    let mut expected = first;
+    let mut got = 0;
+    while got < records {
+        let mut head = [0u8; HEADER_LEN];
+        stream.read_exact(&mut head).unwrap();
+        let header = BatchHeader::decode(&head, &limits).unwrap();
+        assert_eq!(
+            header.offset, expected,
+            "batches arrive in order, without gaps"
+        );
+        let mut batch = head.to_vec();
+        batch.resize(header.batch_len(), 0);
+        stream.read_exact(&mut batch[HEADER_LEN..]).unwrap();
+        expected += header.records();
+        got += header.records();
+        batches.push(batch);
+    }
+    batches
+}
+
+fn consumer(broker: &Broker, group: &str, topic: &str, partition: u32) -> TcpStream {
+    let mut stream = TcpStream::connect(broker.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    stream
+        .write_all(&hermit::encode_consumer_hello(group, topic, partition))
+        .unwrap();
+    stream
+}
+
+fn commit(broker: &Broker, group: &str, topic: &str, partition: u32, offset: u64) {
+    let mut stream = TcpStream::connect(broker.addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    stream
+        .write_all(&hermit::encode_commit(group, topic, partition, offset))
+        .unwrap();
+    let mut answer = [0u8; 1];
+    stream.read_exact(&mut answer).unwrap();
+    assert_eq!(answer, [hermit::COMMIT_DONE]);
+}
+
+#[test]
+fn load_tool_workload_ten_producers_a_million_records_live_consumer() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    // The consumer connects first and waits: delivery must continue as batches arrive.
+    let mut live = consumer(&broker, "stress-group", "load_test", 0);
+    let producers: Vec<_> = (0..10)
+        .map(|p| {
+            let mut producer = V1Producer::connect(&broker, "load_test", 0);
+            std::thread::spawn(move || {
+                let mut last = None;
+                for b in 0..1000 {
+                    let (status, base) = producer.send(&load_batch(p, b));
+                    assert_eq!(status, ACK_STORED);
+                    if let Some(previous) = last {
+                        assert!(base > previous, "a connection's acks increase");
+                    }
+                    last = Some(base);
+                }
+            })
+        })
+        .collect();
+    let batches = consume_records(&mut live, 0, 1_000_000);
+    for producer in producers {
+        producer.join().unwrap();
+    }
+    assert_eq!(batches.len(), 10_000);
+    // Every (producer, batch) arrived exactly once, and each batch's records in order.
+    let mut seen = vec![false; 10_000];
+    for batch in &batches {
+        let header = BatchHeader::decode(batch, &Limits::default()).unwrap();
+        let payload = record::payload_of(batch, &header);
+        let producer = u64::from_be_bytes(payload[..8].try_into().unwrap()) as usize;
+        let index = u64::from_be_bytes(payload[8..16].try_into().unwrap()) as usize;
+        assert!(
+            !std::mem::replace(&mut seen[producer * 1000 + index], true),
+            "duplicate batch"
+        );
+        for (r, record) in payload.chunks(28).enumerate() {
+            assert_eq!(
+                u64::from_be_bytes(record[16..24].try_into().unwrap()),
+                r as u64
+            );
+        }
+    }
+    assert!(seen.iter().all(|&s| s));
+}
+
+#[test]
+fn commit_then_reconnect_resumes_at_the_committed_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    let mut producer = V1Producer::connect(&broker, "orders", 0);
+    for i in 0..10u8 {
+        let (status, base) = producer.send(&encode_batch(0, b"", &[i; 10], 1));
+        assert_eq!((status, base), (ACK_STORED, u64::from(i)));
+    }
+    // No commit yet: delivery starts at the oldest offset.
+    let mut first = consumer(&broker, "g", "orders", 0);
+    assert_eq!(consume_records(&mut first, 0, 10).len(), 10);
+    drop(first);
+    commit(&broker, "g", "orders", 0, 6);
+    let mut again = consumer(&broker, "g", "orders", 0);
+    let batches = consume_records(&mut again, 6, 4);
+    let header = BatchHeader::decode(&batches[0], &Limits::default()).unwrap();
+    assert_eq!(record::payload_of(&batches[0], &header), &[6u8; 10]);
+    // Native clients see the same committed offset.
+    assert_eq!(
+        broker.client().fetch_offset("g", "orders", 0).unwrap(),
+        Some(6)
+    );
+}
+
+fn assert_closed(stream: &mut TcpStream) {
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let mut buf = [0u8; 9];
+    match stream.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+        other => panic!("expected the connection to be closed, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_input_closes_the_connection_and_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let broker = Broker::start_in(&data, 2, &["--max-payload-bytes", "1000"]);
+
+    // A topic name that would escape the data directory.
+    let mut escape = TcpStream::connect(broker.addr).unwrap();
+    escape
+        .write_all(&hermit::encode_producer_hello("../x", 0))
+        .unwrap();
+    assert_closed(&mut escape);
+    assert!(!dir.path().join("x").exists() && !data.join("x").exists());
+
+    // Bad magic.
+    let mut producer = V1Producer::connect(&broker, "t", 0);
+    assert_eq!(producer.send(&encode_batch(0, b"", b"ok", 1)).0, ACK_STORED);
+    let mut bad = encode_batch(0, b"", b"bad", 1);
+    bad[0] = 0x02;
+    producer.stream.write_all(&bad).unwrap();
+    assert_closed(&mut producer.stream);
+
+    // An oversized payload is refused from its header, before its bytes are awaited.
+    let mut producer = V1Producer::connect(&broker, "t", 0);
+    let huge = encode_batch(0, b"", &[0; 2000], 1);
+    producer.stream.write_all(&huge[..HEADER_LEN]).unwrap();
+    assert_closed(&mut producer.stream);
+
+    // A zero-length string.
+    let mut empty = TcpStream::connect(broker.addr).unwrap();
+    empty.write_all(&[hermit::ROLE_COMMIT, 0]).unwrap();
+    assert_closed(&mut empty);
+
+    // Nothing partial was stored: only the one good batch.
+    let mut client = broker.client();
+    let fetched = client.fetch("t", 0, 0, 1 << 20, Duration::ZERO).unwrap();
+    assert_eq!(fetched.batches.len(), 1);
+    assert_eq!(fetched.high_watermark, 1);
+}
+
+#[test]
+fn a_failed_append_answers_0xff_and_keeps_the_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 1, &[]);
+    broker
+        .client()
+        .create_topic(
+            "two",
+            TopicSettings {
+                partitions: 2,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let mut producer = V1Producer::connect(&broker, "two", 7);
+    assert_eq!(
+        producer.send(&encode_batch(0, b"", b"x", 1)),
+        (ACK_FAILED, 0)
+    );
+    assert_eq!(
+        producer.send(&encode_batch(0, b"", b"y", 1)),
+        (ACK_FAILED, 0),
+        "still open after 0xFF"
+    );
+}
+
+#[test]
+fn a_consumer_that_leaves_while_waiting_is_cleaned_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    for _ in 0..5 {
+        let waiting = consumer(&broker, "g", "quiet", 0);
+        std::thread::sleep(Duration::from_millis(100));
+        drop(waiting);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(broker.terminate().success());
+    let log = broker.log_text();
+    assert_eq!(
+        log.matches("HermitMQ consumer went away").count(),
+        5,
+        "log:\n{log}"
+    );
+}
