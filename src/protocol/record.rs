@@ -136,13 +136,6 @@ pub fn batch_crc(batch: &[u8]) -> u32 {
     crc32c::crc32c(batch)
 }
 
-/// CRC32C of a batch whose header is `header` and whose key+payload has CRC `body_crc` over
-/// `body_len` bytes. Lets the broker check the producer's CRC and compute the stored one
-/// (after it rewrote the offset) with a single pass over the body.
-pub fn crc_with_header(header: &[u8], body_crc: u32, body_len: usize) -> u32 {
-    crc32c::crc32c_combine(crc32c::crc32c(&header[..HEADER_LEN]), body_crc, body_len)
-}
-
 /// Encodes a batch into a new vector. For clients, tools and tests; the broker never builds
 /// batches.
 pub fn encode_batch(timestamp_ns: u64, key: &[u8], payload: &[u8], record_count: u32) -> Vec<u8> {
@@ -225,16 +218,5 @@ mod tests {
             check(&big_key, &limits),
             Err(RecordError::KeyTooLarge { .. })
         ));
-    }
-
-    #[test]
-    fn combined_crc_equals_direct_crc() {
-        let mut batch = encode_batch(5, b"key", &[7u8; 300], 1);
-        set_offset(&mut batch, 123_456);
-        let body_crc = crc32c::crc32c(&batch[HEADER_LEN..]);
-        assert_eq!(
-            crc_with_header(&batch, body_crc, batch.len() - HEADER_LEN),
-            batch_crc(&batch)
-        );
     }
 }

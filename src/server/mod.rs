@@ -391,7 +391,7 @@ async fn background_sync(shard: Rc<Shard>) {
     let every = Duration::from_millis(10);
     while !shard.shutdown.is_requested() {
         glommio::timer::sleep(every).await;
-        for log in shard.local_logs() {
+        for log in shard.local_logs().into_iter().chain(shard.offsets.logs()) {
             if let crate::storage::FsyncPolicy::Interval(interval) = log.config().fsync
                 && log.sync_due(interval)
                 && let Err(error) = log.sync().await

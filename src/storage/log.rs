@@ -38,7 +38,7 @@ use bytes::Bytes;
 use glommio::io::Directory;
 use tracing::{info, warn};
 
-use crate::protocol::record::{self, HEADER_LEN};
+use crate::protocol::record;
 use crate::storage::index::IndexEntry;
 use crate::storage::open;
 use crate::storage::segment::Segment;
@@ -104,7 +104,6 @@ pub struct StoredBatch {
 struct Checked {
     timestamp_ns: u64,
     records: u64,
-    body_crc: u32,
 }
 
 pub(crate) struct State {
@@ -249,8 +248,7 @@ impl PartitionLog {
         changed.await;
     }
 
-    /// Checks a batch (sizes, framing, the producer's CRC) before anything is staged, and
-    /// computes the CRC of its body once for the stored CRC.
+    /// Checks a batch (sizes, framing, the producer's CRC) before anything is staged.
     fn validate(&self, batch: &[u8], producer_crc: Option<u32>) -> Result<Checked, StorageError> {
         let header = record::check(batch, &self.config.limits)?;
         if header.batch_len() != batch.len() {
@@ -259,9 +257,8 @@ impl PartitionLog {
                 given_bytes: batch.len(),
             });
         }
-        let body_crc = crc32c::crc32c(&batch[HEADER_LEN..]);
         if let Some(expected) = producer_crc {
-            let actual = record::crc_with_header(batch, body_crc, batch.len() - HEADER_LEN);
+            let actual = record::batch_crc(batch);
             if actual != expected {
                 return Err(record::RecordError::CrcMismatch { expected, actual }.into());
             }
@@ -269,7 +266,6 @@ impl PartitionLog {
         Ok(Checked {
             timestamp_ns: header.timestamp_ns,
             records: header.records(),
-            body_crc,
         })
     }
 
@@ -323,9 +319,10 @@ impl PartitionLog {
                     .expect("segment_bytes keeps positions in u32"),
                 length: u32::try_from(batch.len()).expect("limits keep a batch under 4 GiB"),
                 records: u32::try_from(checked.records).expect("record count is a u32"),
-                crc: record::crc_with_header(stored, checked.body_crc, batch.len() - HEADER_LEN),
+                // Over the bytes as stored (offset and timestamp rewritten). A second pass
+                // over the batch (~0.4 µs per 10 KB) beats crc32c's combine (~9 µs).
+                crc: record::batch_crc(stored),
             };
-            debug_assert_eq!(entry.crc, record::batch_crc(stored));
             debug_assert_eq!(u64::from(entry.position), active.size_bytes);
             active.index.push(&entry);
             active.size_bytes += batch.len() as u64;
@@ -421,6 +418,10 @@ impl PartitionLog {
             FsyncPolicy::Never => false,
         };
         self.write_pending().await?;
+        if self.config.fsync != FsyncPolicy::Always {
+            // Acknowledged once written: wake the appenders now, not after the sync.
+            self.progress.notify_all();
+        }
         if sync {
             self.sync_written().await?;
         }
@@ -536,12 +537,15 @@ impl PartitionLog {
             }
             st.next_offset
         };
-        let mut active = {
-            let mut st = self.state.borrow_mut();
-            st.segments.pop().expect("active segment")
-        };
-        let sealed = active.seal().await;
-        self.state.borrow_mut().segments.push(active);
+        let sealed = self.trim_active_index().await;
+        if sealed.is_ok() {
+            self.state
+                .borrow_mut()
+                .segments
+                .last_mut()
+                .expect("active segment")
+                .seal();
+        }
         let created = match sealed {
             Ok(()) => match Segment::create(&self.dir, base, self.config.index_entries).await {
                 Ok(created) => self.sync_dir().await.map(|()| created),
@@ -565,6 +569,23 @@ impl PartitionLog {
         st.pending_position = 0;
         st.roll_requested = false;
         info!(dir = %self.dir.display(), base_offset = base, "segment rolled");
+        Ok(())
+    }
+
+    /// Trims the active segment's index to its entries and fdatasyncs the cut. Staging
+    /// must already be stopped (a roll is requested, or the log is closed).
+    async fn trim_active_index(&self) -> Result<(), StorageError> {
+        let handle = {
+            let mut st = self.state.borrow_mut();
+            let active = st.segments.last_mut().expect("active segment");
+            active.trim_index()?;
+            active.index_sync_handle()
+        };
+        if let Some(idx) = handle {
+            idx.fdatasync()
+                .await
+                .map_err(|e| StorageError::io(&self.dir, e.into()))?;
+        }
         Ok(())
     }
 
@@ -612,15 +633,12 @@ impl PartitionLog {
         self.sync().await?;
         self.wait_io_idle().await;
         self.io_busy.set(true);
-        let mut active = {
+        {
             let mut st = self.state.borrow_mut();
             st.check_writable()?;
             st.closed = true;
-            st.segments.pop().expect("active segment")
-        };
-        let trimmed = active.truncate_index_file().await;
-        self.state.borrow_mut().segments.push(active);
-        trimmed?;
+        }
+        self.trim_active_index().await?;
         open::write_clean_marker(&self.dir)?;
         self.sync_dir().await?;
         self.io_busy.set(false);
@@ -748,7 +766,13 @@ pub fn read_planned(plan: &ReadPlan, dir: &Path) -> Result<Vec<StoredBatch>, Sto
     let mut buf = vec![0u8; usize::try_from(plan.length).expect("plan fits memory")];
     plan.file
         .read_exact_at(&mut buf, plan.position)
-        .map_err(|e| StorageError::io(dir, e))?;
+        .map_err(|e| match e.kind() {
+            // The index points past the end of the file: it is damaged.
+            std::io::ErrorKind::UnexpectedEof => StorageError::Corrupt {
+                offset: plan.batches.first().map_or(0, |b| b.offset),
+            },
+            _ => StorageError::io(dir, e),
+        })?;
     let buf = Bytes::from(buf);
     let mut batches = Vec::with_capacity(plan.batches.len());
     for entry in &plan.batches {

@@ -33,7 +33,7 @@ use std::path::Path;
 use memmap2::Mmap;
 use tracing::{error, info, warn};
 
-use crate::storage::index::{ENTRY_LEN, IndexEntry};
+use crate::storage::index::ENTRY_LEN;
 use crate::storage::recovery::{self, ScanOutcome};
 use crate::storage::segment::{self, Segment, idx_path, wal_path};
 use crate::storage::{LogConfig, StorageError};
@@ -68,29 +68,39 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
     };
     let bases = list_segments(dir)?;
 
-    let mut segments: Vec<Segment> = Vec::with_capacity(bases.len() + 1);
-    let mut previous_next: Option<u64> = None;
+    // First decide what survives, segment by segment, oldest first...
+    let mut kept: Vec<(u64, Recovered)> = Vec::with_capacity(bases.len());
     for (i, &base) in bases.iter().enumerate() {
-        if let Some(previous_next) = previous_next
-            && base < previous_next
+        if let Some((_, previous)) = kept.last()
+            && base != previous.next_offset
         {
-            error!(dir = %dir.display(), base, previous_next, "segment overlaps the one before it");
+            // Each segment starts where the one before it ends. (Compaction, when it
+            // lands, must keep each segment's last batch so this still holds.) A gap or an
+            // overlap means a segment before this one lost batches or is damaged.
+            error!(dir = %dir.display(), base, previous_next = previous.next_offset, "segment does not continue the one before it");
             quarantine(dir, &bases[i..])?;
             break;
         }
-        let is_last = i + 1 == bases.len();
         let recovered = if base >= recovery_point || !looks_sealed(dir, base) {
             scan_and_repair(dir, base, config)?
         } else {
             trusted(dir, base)?
         };
         glommio::yield_if_needed().await;
-        let stop_here = recovered.was_cut && !is_last;
-        if stop_here {
+        let was_cut = recovered.was_cut;
+        kept.push((base, recovered));
+        if was_cut {
             quarantine(dir, &bases[i + 1..])?;
+            break;
         }
-        previous_next = Some(recovered.next_offset);
-        if is_last || stop_here {
+    }
+    // ...then open them: the last one is the active segment.
+    let mut segments: Vec<Segment> = Vec::with_capacity(kept.len() + 1);
+    let last = kept.len().saturating_sub(1);
+    for (i, (base, recovered)) in kept.into_iter().enumerate() {
+        if i < last {
+            segments.push(Segment::open_sealed(dir, base)?);
+        } else {
             let active = Segment::open_active(
                 dir,
                 base,
@@ -102,9 +112,7 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
             )
             .await?;
             segments.push(active);
-            break;
         }
-        segments.push(Segment::open_sealed(dir, base)?);
     }
     if segments.is_empty() {
         segments.push(Segment::create(dir, 0, config.index_entries).await?);
@@ -141,33 +149,44 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
     Ok(wals)
 }
 
-/// A sealed segment passes the cheap check: its index exists, holds whole entries, and the
-/// WAL ends exactly where the last entry does.
+/// A sealed segment passes the cheap check: its index exists, holds whole entries that
+/// chain (each batch starts where the previous one ended, in bytes and in offsets, with
+/// sane lengths and a running-maximum timestamp), starts at the segment's base offset, and
+/// the WAL ends exactly where the last entry does. This reads the index only, never the
+/// WAL: bit rot in the WAL of a trusted segment is caught by the CRC on every read (and by
+/// clients, which get each batch's CRC); rot in its index is caught here.
 fn looks_sealed(dir: &Path, base: u64) -> bool {
-    let (Ok(idx), Ok(wal)) = (
-        fs::metadata(idx_path(dir, base)),
+    let (Ok(file), Ok(wal)) = (
+        File::open(idx_path(dir, base)),
         fs::metadata(wal_path(dir, base)),
     ) else {
         return false;
     };
-    if idx.len() % ENTRY_LEN as u64 != 0 {
-        return false;
-    }
-    let Ok(file) = File::open(idx_path(dir, base)) else {
+    let Ok(index) = crate::storage::index::Index::sealed(&file) else {
         return false;
     };
-    if idx.len() == 0 {
-        return wal.len() == 0;
-    }
-    let mut last = [0u8; ENTRY_LEN];
-    if file
-        .read_exact_at(&mut last, idx.len() - ENTRY_LEN as u64)
-        .is_err()
-        || IndexEntry::is_empty_slot(&last)
-    {
+    let Ok(meta) = file.metadata() else {
+        return false;
+    };
+    if meta.len() % ENTRY_LEN as u64 != 0 {
         return false;
     }
-    IndexEntry::decode(&last).end_position() == wal.len()
+    let (mut offset, mut position, mut max_ts) = (base, 0u64, 0u64);
+    for i in 0..index.len() {
+        let e = index.get(i);
+        if e.offset != offset
+            || u64::from(e.position) != position
+            || (e.length as usize) < crate::protocol::record::HEADER_LEN
+            || e.records == 0
+            || e.max_timestamp_ns < max_ts
+        {
+            return false;
+        }
+        offset = e.next_offset();
+        position = e.end_position();
+        max_ts = e.max_timestamp_ns;
+    }
+    position == wal.len()
 }
 
 fn trusted(dir: &Path, base: u64) -> Result<Recovered, StorageError> {

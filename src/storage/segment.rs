@@ -186,41 +186,30 @@ impl Segment {
         })
     }
 
-    /// Seals the active segment: the caller has written and synced every staged batch.
-    /// Truncates the index to its entries, syncs it, and maps it read-only.
-    pub async fn seal(&mut self) -> Result<(), StorageError> {
-        let idx = idx_path(&self.dir, self.base_offset);
-        self.truncate_index_file().await?;
-        if let Some(writer) = self.writer.take() {
-            // Both handles are only shared with in-flight I/O, which has finished.
-            if let Ok(wal) = Rc::try_unwrap(writer.wal) {
-                let _ = wal.close().await;
-            }
-            if let Ok(idx) = Rc::try_unwrap(writer.idx) {
-                let _ = idx.close().await;
-            }
-        }
-        let entries = self.index.len();
-        self.index = Index::sealed(&self.idx_file).map_err(|e| StorageError::io(&idx, e))?;
-        assert_eq!(self.index.len(), entries, "sealed index lost entries");
-        Ok(())
-    }
-
-    /// Truncates the index file to exactly its entries and makes that durable, keeping the
-    /// segment writable (used at clean shutdown, so the next start can trust the file size).
-    pub async fn truncate_index_file(&mut self) -> Result<(), StorageError> {
+    /// Cuts the index file to exactly its entries and maps it read-only, so the next open
+    /// can trust its size. The caller makes the cut durable (fdatasync through
+    /// [`Segment::index_sync_handle`]) and stages nothing more into this segment.
+    pub fn trim_index(&mut self) -> Result<(), StorageError> {
         let idx = idx_path(&self.dir, self.base_offset);
         let entries = self.index.len();
-        // The mapping must not outlive the bytes it maps: unmap, cut, sync.
+        // The mapping must not outlive the bytes it maps: unmap, cut, map again.
         self.index = Index::empty();
         self.idx_file
             .set_len((entries * ENTRY_LEN) as u64)
             .map_err(|e| StorageError::io(&idx, e))?;
-        self.idx_file
-            .sync_data()
-            .map_err(|e| StorageError::io(&idx, e))?;
         self.index = Index::sealed(&self.idx_file).map_err(|e| StorageError::io(&idx, e))?;
+        assert_eq!(self.index.len(), entries, "trimming the index lost entries");
         Ok(())
+    }
+
+    /// The io_uring handle that fdatasyncs the index, while the segment is writable.
+    pub fn index_sync_handle(&self) -> Option<Rc<BufferedFile>> {
+        self.writer.as_ref().map(|w| Rc::clone(&w.idx))
+    }
+
+    /// Drops the write handles: the segment is closed for good.
+    pub fn seal(&mut self) {
+        self.writer = None;
     }
 
     pub fn is_active(&self) -> bool {
