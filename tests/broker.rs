@@ -218,3 +218,53 @@ fn kill_9_loses_no_acked_batch() {
         300
     );
 }
+
+#[test]
+fn retention_deletes_old_segments_and_reads_skip_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    let mut client = broker.client();
+    let settings = TopicSettings {
+        partitions: 1,
+        segment_bytes: 4096,
+        retention_bytes: 8192,
+        ..Default::default()
+    };
+    client.create_topic("r", settings).unwrap();
+    for i in 0..100u32 {
+        client
+            .produce("r", 0, &[encode_batch(0, b"", &[i as u8; 500], 1)])
+            .unwrap();
+    }
+    // Retention runs every second on the owner core.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let earliest = loop {
+        let earliest = client.list_offsets("r", 0, OffsetSpec::Earliest).unwrap();
+        if earliest > 0 {
+            break earliest;
+        }
+        assert!(std::time::Instant::now() < deadline, "retention never ran");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // About 8 KiB (two closed segments of 7 batches, plus the active one) are kept.
+    assert!((80..100).contains(&earliest), "earliest {earliest}");
+    let err = client
+        .fetch("r", 0, 0, 1 << 20, Duration::ZERO)
+        .unwrap_err();
+    assert_eq!(
+        err.code(),
+        Some(pagurus::protocol::native::ErrorCode::OffsetOutOfRange)
+    );
+    match err {
+        pagurus::client::ClientError::Broker {
+            earliest: e,
+            latest,
+            ..
+        } => assert_eq!((e, latest), (earliest, 100)),
+        other => panic!("{other:?}"),
+    }
+    let fetched = client
+        .fetch("r", 0, earliest, 1 << 20, Duration::ZERO)
+        .unwrap();
+    assert_eq!(payload_of(&fetched.batches[0]), vec![earliest as u8; 500]);
+}

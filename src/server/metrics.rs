@@ -50,10 +50,16 @@ counters!(
     bytes_out,
     /// Calls sent to other cores.
     mesh_calls,
+    /// Bytes of segments deleted by retention.
+    retention_bytes_deleted,
 );
 
 impl Metrics {
     pub fn inc(counter: &Cell<u64>) {
         counter.set(counter.get() + 1);
+    }
+
+    pub fn add(counter: &Cell<u64>, n: u64) {
+        counter.set(counter.get() + n);
     }
 }

@@ -312,6 +312,7 @@ async fn serve_core(
         .detach();
     }
     glommio::spawn_local(background_sync(Rc::clone(shard))).detach();
+    glommio::spawn_local(background_retention(Rc::clone(shard))).detach();
 
     while !barriers.stopping() && !shard.shutdown.is_requested() {
         glommio::timer::sleep(STOP_POLL).await;
@@ -383,6 +384,50 @@ async fn accept_loop(
             tasks.set(tasks.get() - 1);
         })
         .detach();
+    }
+}
+
+/// How often each core applies retention and age-based rolls.
+const RETENTION_EVERY: Duration = Duration::from_secs(1);
+
+/// Applies retention to the partitions this core owns, in a low-share task queue so it
+/// never competes with produce and fetch for the core.
+async fn background_retention(shard: Rc<Shard>) {
+    let queue = glommio::executor().create_task_queue(
+        glommio::Shares::Static(50),
+        glommio::Latency::NotImportant,
+        "retention",
+    );
+    let task = glommio::spawn_local_into(
+        async move {
+            while !shard.shutdown.is_requested() {
+                glommio::timer::sleep(RETENTION_EVERY).await;
+                for (meta, partition, log) in shard.local_partitions() {
+                    log.roll_if_aged().await;
+                    let retention = meta.retention();
+                    if retention == crate::storage::Retention::default() {
+                        continue;
+                    }
+                    match log.enforce_retention(&retention).await {
+                        Ok(outcome) if outcome.segments_deleted > 0 => {
+                            metrics::Metrics::add(
+                                &shard.metrics.retention_bytes_deleted,
+                                outcome.bytes_deleted,
+                            );
+                            info!(topic = %meta.name, partition, deleted = outcome.segments_deleted, bytes = outcome.bytes_deleted, log_start = outcome.log_start_offset, "retention applied");
+                        }
+                        Ok(_) => {}
+                        Err(error) => {
+                            warn!(topic = %meta.name, partition, %error, "retention failed")
+                        }
+                    }
+                }
+            }
+        },
+        queue,
+    );
+    if let Ok(task) = task {
+        task.await;
     }
 }
 

@@ -193,6 +193,23 @@ impl Shard {
             .and_then(|v| v.get(partition as usize).cloned().flatten())
     }
 
+    /// Every partition this core owns, with its topic.
+    pub fn local_partitions(&self) -> Vec<(Rc<TopicMeta>, u32, Rc<PartitionLog>)> {
+        let topics = self.topics.borrow();
+        let mut out = Vec::new();
+        for (name, logs) in self.partitions.borrow().iter() {
+            let Some(meta) = topics.get(name) else {
+                continue;
+            };
+            for (partition, log) in logs.iter().enumerate() {
+                if let Some(log) = log {
+                    out.push((Rc::clone(meta), partition as u32, Rc::clone(log)));
+                }
+            }
+        }
+        out
+    }
+
     /// Every partition log this core owns.
     pub fn local_logs(&self) -> Vec<Rc<PartitionLog>> {
         self.partitions

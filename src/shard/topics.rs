@@ -129,12 +129,28 @@ impl TopicMeta {
         }
     }
 
-    /// The log settings of this topic's partitions.
+    /// The log settings of this topic's partitions. With an age limit, segments also roll
+    /// at that age, so data leaves at most about twice the limit after it arrived.
     pub fn log_config(&self, defaults: &LogConfig) -> LogConfig {
         LogConfig {
             segment_bytes: self.segment_bytes,
+            segment_age: self
+                .retention
+                .map_or(defaults.segment_age, |age| age.min(defaults.segment_age)),
             fsync: self.fsync.unwrap_or(defaults.fsync),
             ..defaults.clone()
+        }
+    }
+
+    /// What retention keeps of each partition (`cleanup = compact` topics keep everything
+    /// here; compaction bounds them instead).
+    pub fn retention(&self) -> crate::storage::Retention {
+        match self.cleanup {
+            Cleanup::Delete => crate::storage::Retention {
+                bytes_max: self.retention_bytes,
+                age_max: self.retention,
+            },
+            Cleanup::Compact => crate::storage::Retention::default(),
         }
     }
 

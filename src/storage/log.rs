@@ -45,6 +45,17 @@ use crate::storage::segment::Segment;
 use crate::storage::watch::Watch;
 use crate::storage::{FsyncPolicy, LogConfig, StorageError};
 
+/// Counters of one partition log's I/O, for metrics and benches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Batches staged.
+    pub batches: u64,
+    /// Writes of the pending buffer (one per group-commit round).
+    pub writes: u64,
+    /// fdatasync rounds (each covers both files).
+    pub syncs: u64,
+}
+
 /// What a committed append reports back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendAck {
@@ -129,10 +140,11 @@ pub(crate) struct State {
 
 pub struct PartitionLog {
     dir: PathBuf,
-    directory: Directory,
+    pub(super) directory: Directory,
     config: LogConfig,
-    state: RefCell<State>,
+    pub(super) state: RefCell<State>,
     io_busy: Cell<bool>,
+    stats: Cell<LogStats>,
     /// Wakes appenders waiting for a watermark, and readers long-polling for new data.
     progress: Watch,
 }
@@ -173,6 +185,7 @@ impl PartitionLog {
                 closed: false,
             }),
             io_busy: Cell::new(false),
+            stats: Cell::new(LogStats::default()),
             progress: Watch::default(),
         }))
     }
@@ -334,6 +347,7 @@ impl PartitionLog {
                 epoch: rollbacks.len(),
             });
         }
+        self.bump(|s| s.batches += batches.len() as u64);
         Ok(ticket)
     }
 
@@ -455,6 +469,7 @@ impl PartitionLog {
                 let mut st = self.state.borrow_mut();
                 debug_assert!(end_offset >= st.written_offset);
                 st.written_offset = end_offset;
+                self.bump(|s| s.writes += 1);
                 Ok(())
             }
             outcome => {
@@ -517,6 +532,7 @@ impl PartitionLog {
             return Err(StorageError::Fenced { reason });
         }
         st.durable_offset = st.durable_offset.max(target);
+        self.bump(|s| s.syncs += 1);
         st.last_sync = Instant::now();
         Ok(())
     }
@@ -596,9 +612,39 @@ impl PartitionLog {
             .map_err(|e| StorageError::io(&self.dir, e.into()))
     }
 
+    pub fn stats(&self) -> LogStats {
+        self.stats.get()
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut LogStats)) {
+        let mut stats = self.stats.get();
+        f(&mut stats);
+        self.stats.set(stats);
+    }
+
     /// True when a staged batch is acknowledged (an error if it never will be).
     pub fn is_committed(&self, ticket: &Ticket) -> Result<bool, StorageError> {
         self.ticket_done(ticket)
+    }
+
+    /// Closes the active segment if it holds data and is older than `segment_age`, so that
+    /// retention can delete it even when the partition receives little.
+    pub async fn roll_if_aged(self: &Rc<Self>) {
+        let aged = {
+            let mut st = self.state.borrow_mut();
+            let active = st.segments.last().expect("active segment");
+            let aged = st.fenced.is_none()
+                && !st.closed
+                && active.size_bytes > 0
+                && active.opened_at.elapsed() >= self.config.segment_age;
+            if aged {
+                st.roll_requested = true;
+            }
+            aged
+        };
+        while aged && self.state.borrow().roll_requested && self.state.borrow().fenced.is_none() {
+            self.wait_for_roll().await;
+        }
     }
 
     /// True when written data has waited longer than `interval` for an fsync.

@@ -4,6 +4,7 @@
 //! - [`segment`]: one `.wal` + `.idx` pair, active or sealed.
 //! - [`log`]: the partition log: offsets, group commit, read plans.
 //! - [`recovery`]: the sans-IO segment scanner that decides what survives a crash.
+//! - [`retention`]: deleting whole closed segments by size and age.
 //! - [`open`]: opening a partition directory: markers, scanning, repair, quarantine.
 //! - [`watch`]: the wake-up signal group commit and long-polls wait on.
 //!
@@ -13,6 +14,7 @@ pub mod index;
 pub mod log;
 pub mod open;
 pub mod recovery;
+pub mod retention;
 pub mod segment;
 pub mod watch;
 
@@ -23,7 +25,8 @@ use std::time::Duration;
 use crate::limits::Limits;
 use crate::protocol::record::RecordError;
 
-pub use log::{AppendAck, PartitionLog, ReadPlan, StoredBatch, Ticket};
+pub use log::{AppendAck, LogStats, PartitionLog, ReadPlan, StoredBatch, Ticket};
+pub use retention::{Retention, RetentionOutcome};
 
 /// When appends are made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
