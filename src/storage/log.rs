@@ -147,6 +147,22 @@ pub struct PartitionLog {
     stats: Cell<LogStats>,
     /// Wakes appenders waiting for a watermark, and readers long-polling for new data.
     progress: Watch,
+    /// Wakes the I/O task; shared with it so the task need not hold the log.
+    io_signal: Rc<IoSignal>,
+}
+
+#[derive(Default)]
+struct IoSignal {
+    watch: Watch,
+    /// The log was dropped: the I/O task ends.
+    closed: Cell<bool>,
+}
+
+impl Drop for PartitionLog {
+    fn drop(&mut self) {
+        self.io_signal.closed.set(true);
+        self.io_signal.watch.notify_all();
+    }
 }
 
 /// A flush of the pending buffer starts with at least this much room, so small batches do
@@ -167,7 +183,7 @@ impl PartitionLog {
             .map_err(|e| StorageError::io(&dir, e.into()))?;
         let next_offset = segments.last().map_or(0, |s| s.next_offset);
         let pending_position = segments.last().map_or(0, |s| s.size_bytes);
-        Ok(Rc::new(PartitionLog {
+        let log = Rc::new(PartitionLog {
             dir,
             directory,
             config,
@@ -187,7 +203,41 @@ impl PartitionLog {
             io_busy: Cell::new(false),
             stats: Cell::new(LogStats::default()),
             progress: Watch::default(),
-        }))
+            io_signal: Rc::new(IoSignal::default()),
+        });
+        log.start_io_task();
+        Ok(log)
+    }
+
+    /// The partition's I/O task: one per log for its whole life, woken by [`Self::kick`].
+    /// It is never owned by an appender, so a client that disconnects mid-flush cannot
+    /// cancel a write; and being long-lived, it costs no task allocation per round. It holds
+    /// the log only weakly between rounds, and ends when the log is dropped.
+    fn start_io_task(self: &Rc<Self>) {
+        let log = Rc::downgrade(self);
+        let signal = Rc::clone(&self.io_signal);
+        glommio::spawn_local(async move {
+            loop {
+                let woken = signal.watch.changed();
+                {
+                    let Some(log) = log.upgrade() else { return };
+                    if !log.io_busy.get() && log.has_io_work() {
+                        log.io_busy.set(true);
+                        if let Err(error) = log.run_io().await {
+                            warn!(dir = %log.dir.display(), %error, "partition write failed");
+                        }
+                        log.io_busy.set(false);
+                        log.progress.notify_all();
+                        continue;
+                    }
+                }
+                if signal.closed.get() {
+                    return;
+                }
+                woken.await;
+            }
+        })
+        .detach();
     }
 
     pub fn dir(&self) -> &Path {
@@ -399,19 +449,9 @@ impl PartitionLog {
     /// stage batches and answer later (a connection whose writer is busy with an earlier
     /// request) kick right after staging, so the write and fsync start at once.
     pub fn kick(self: &Rc<Self>) {
-        if self.io_busy.get() || !self.has_io_work() {
-            return;
+        if !self.io_busy.get() && self.has_io_work() {
+            self.io_signal.watch.notify_all();
         }
-        self.io_busy.set(true);
-        let log = Rc::clone(self);
-        glommio::spawn_local(async move {
-            if let Err(error) = log.run_io().await {
-                warn!(dir = %log.dir.display(), %error, "partition write failed");
-            }
-            log.io_busy.set(false);
-            log.progress.notify_all();
-        })
-        .detach();
     }
 
     fn has_io_work(&self) -> bool {
