@@ -1,9 +1,19 @@
 //! The command line: one binary, clap subcommands. Every `serve` flag can also be set by a
-//! `PAGURUS_*` environment variable.
+//! `PAGURUS_*` environment variable; the client subcommands read `--broker` from
+//! `PAGURUS_BROKER`.
 
+mod consume;
+mod groups;
+mod produce;
 mod serve;
+mod topics;
+
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+
+use crate::client::ClientError;
+use crate::client::blocking::Client;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -38,6 +48,14 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the broker.
     Serve(serve::ServeArgs),
+    /// Produce records: one per line of stdin, or generated with --count and --size.
+    Produce(produce::ProduceArgs),
+    /// Print the records of a partition, one per line.
+    Consume(consume::ConsumeArgs),
+    /// List, create, describe and delete topics.
+    Topics(topics::TopicsArgs),
+    /// List consumer groups and show their committed offsets and lag.
+    Groups(groups::GroupsArgs),
     /// Drive a running broker and report throughput and latency percentiles.
     Bench(crate::bench::BenchArgs),
 }
@@ -48,6 +66,10 @@ pub fn main() -> std::process::ExitCode {
     init_logging(&cli.log_level, cli.log_format);
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
+        Command::Produce(args) => produce::run(args),
+        Command::Consume(args) => consume::run(args),
+        Command::Topics(args) => topics::run(args),
+        Command::Groups(args) => groups::run(args),
         Command::Bench(args) => crate::bench::run(args),
     };
     match result {
@@ -72,4 +94,85 @@ fn init_logging(level: &str, format: LogFormat) {
         LogFormat::Human => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+}
+
+/// Broker address the client subcommands use unless told otherwise.
+const DEFAULT_BROKER: &str = "127.0.0.1:9092";
+
+/// How long a client subcommand waits for an answer beyond what the request itself asks
+/// for (a long poll), before it gives up on the broker.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Connects to the broker; the error names the address.
+fn connect(broker: &str, read_timeout: Duration) -> Result<Client, String> {
+    let client = Client::connect(broker)
+        .map_err(|e| format!("cannot connect to the broker at {broker}: {}", describe(&e)))?;
+    client
+        .set_read_timeout(Some(read_timeout))
+        .map_err(|e| describe(&e))?;
+    Ok(client)
+}
+
+/// One line for a client error; a read timeout says so instead of "resource unavailable".
+fn describe(e: &ClientError) -> String {
+    match e {
+        ClientError::Io(io)
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            String::from("the broker did not answer in time")
+        }
+        ClientError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            String::from("the broker closed the connection")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Writes `text` to stdout; a reader that went away (`| head`) is not an error.
+fn print_out(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(format!("writing to stdout: {e}"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Lays out rows under headers in left-aligned columns two spaces apart.
+fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.len());
+        }
+    }
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut text = String::new();
+        for (i, cell) in cells.enumerate() {
+            if i > 0 {
+                text.push_str("  ");
+            }
+            text.push_str(cell);
+            text.extend(std::iter::repeat_n(
+                ' ',
+                widths[i].saturating_sub(cell.len()),
+            ));
+        }
+        out.push_str(text.trim_end());
+        out.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
 }

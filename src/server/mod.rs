@@ -53,6 +53,9 @@ pub enum ServeError {
     Config(String),
 }
 
+/// Longest wait for the cores to connect their mesh at start.
+const MESH_JOIN_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How often each core looks at the stop flag set by the signal handler.
 const STOP_POLL: Duration = Duration::from_millis(20);
 /// How long a stopping core waits for its connections to answer what is in flight.
@@ -218,10 +221,33 @@ async fn run_core_phases(
     connections: Arc<AtomicUsize>,
 ) -> Result<(), ServeError> {
     tracing::debug!(cpu = ?cpu, "executor started; joining the mesh");
-    let (senders, mut receivers) = mesh.join().await.map_err(|e| ServeError::Executor {
-        core: usize::MAX,
-        reason: format!("mesh join failed: {e}"),
-    })?;
+    // glommio's mesh join has been seen to hang (both executors parked, a cross-thread
+    // wake-up lost) when many executors start at once on a loaded machine. It normally takes
+    // microseconds; past MESH_JOIN_TIMEOUT the broker gives up and exits non-zero, so a
+    // supervisor (or the test harness) starts it again instead of leaving it hung.
+    let joined = async { Some(mesh.join().await) }
+        .or(async {
+            glommio::timer::sleep(MESH_JOIN_TIMEOUT).await;
+            None
+        })
+        .await;
+    let (senders, mut receivers) = match joined {
+        Some(Ok(joined)) => joined,
+        Some(Err(e)) => {
+            return Err(ServeError::Executor {
+                core: usize::MAX,
+                reason: format!("mesh join failed: {e}"),
+            });
+        }
+        None => {
+            return Err(ServeError::Executor {
+                core: usize::MAX,
+                reason: format!(
+                    "the cores did not join their mesh within {MESH_JOIN_TIMEOUT:?}; start again"
+                ),
+            });
+        }
+    };
     let core = senders.peer_id();
     let shard = Rc::new(Shard::new(
         core,

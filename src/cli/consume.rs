@@ -1,0 +1,299 @@
+//! `pagurus consume`: prints the records of one partition, one per line, optionally as a
+//! consumer group that resumes from, and commits, its offset.
+
+use std::io::Write;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::cli::{ANSWER_TIMEOUT, DEFAULT_BROKER, connect, describe};
+use crate::client::blocking::Client;
+use crate::limits::Limits;
+use crate::protocol::native::OffsetSpec;
+use crate::protocol::payload;
+use crate::protocol::record::{self, BatchHeader};
+
+#[derive(Debug, Args)]
+pub struct ConsumeArgs {
+    /// Broker address (host:port).
+    #[arg(long, env = "PAGURUS_BROKER", default_value = DEFAULT_BROKER)]
+    pub broker: String,
+    /// Topic to read (it must exist).
+    #[arg(long)]
+    pub topic: String,
+    /// Partition to read.
+    #[arg(long, default_value_t = 0)]
+    pub partition: u32,
+    /// Consumer group: start at its committed offset (unless --from says otherwise) and
+    /// commit the next offset after every fetch and at exit.
+    #[arg(long)]
+    pub group: Option<String>,
+    /// Where to start: earliest, latest, an offset, or @TIMESTAMP_MS (the first batch stored
+    /// at or after that time, in ms since the Unix epoch). Default: the group's committed
+    /// offset with --group (earliest if it has none), earliest without.
+    #[arg(long)]
+    pub from: Option<StartAt>,
+    /// Stop after printing this many records.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// raw: each record's bytes and a newline. json: one object per line with offset,
+    /// timestamp (ms), key and value (the last two as UTF-8, invalid bytes replaced).
+    #[arg(long, value_enum, default_value = "raw")]
+    pub format: Format,
+    /// Longest one fetch waits for new records when caught up, in ms (the broker caps it
+    /// at 30000).
+    #[arg(long, default_value_t = 1000)]
+    pub wait_ms: u32,
+    /// Stop once caught up with the partition's high watermark instead of waiting for more.
+    #[arg(long)]
+    pub exit_at_end: bool,
+    /// Soft limit on the bytes of batches one fetch returns.
+    #[arg(long, default_value_t = 1024 * 1024)]
+    pub max_bytes: u32,
+}
+
+/// Where a consumer starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartAt {
+    Earliest,
+    Latest,
+    Offset(u64),
+    /// Milliseconds since the Unix epoch.
+    TimestampMs(u64),
+}
+
+impl FromStr for StartAt {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || format!("expected earliest, latest, an offset or @TIMESTAMP_MS, not {s:?}");
+        match s {
+            "earliest" => Ok(StartAt::Earliest),
+            "latest" => Ok(StartAt::Latest),
+            _ => match s.strip_prefix('@') {
+                Some(ms) => ms.parse().map(StartAt::TimestampMs).map_err(|_| bad()),
+                None => s.parse().map(StartAt::Offset).map_err(|_| bad()),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Raw,
+    Json,
+}
+
+pub fn run(args: ConsumeArgs) -> Result<(), String> {
+    let wait_ms = if args.exit_at_end { 0 } else { args.wait_ms };
+    let mut client = connect(
+        &args.broker,
+        ANSWER_TIMEOUT + Duration::from_millis(wait_ms.into()),
+    )?;
+    let committed = match &args.group {
+        Some(group) => client
+            .fetch_offset(group, &args.topic, args.partition)
+            .map_err(|e| format!("reading the offset of group {group}: {}", describe(&e)))?,
+        None => None,
+    };
+    // Asked first in every case: it fails for a topic that does not exist, where a fetch
+    // would create it.
+    let earliest = list_offset(&mut client, &args, OffsetSpec::Earliest)?;
+    let start = match (args.from, committed) {
+        (Some(StartAt::Offset(offset)), _) => offset,
+        (None, Some(offset)) => offset,
+        (Some(StartAt::Earliest) | None, _) => earliest,
+        (Some(StartAt::Latest), _) => list_offset(&mut client, &args, OffsetSpec::Latest)?,
+        (Some(StartAt::TimestampMs(ms)), _) => {
+            let ns = ms
+                .checked_mul(1_000_000)
+                .ok_or_else(|| format!("timestamp @{ms} is too far in the future"))?;
+            list_offset(&mut client, &args, OffsetSpec::Timestamp(ns))?
+        }
+    };
+    let mut consumer = Consumer {
+        client,
+        args: &args,
+        out: std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock()),
+        start,
+        next: start,
+        committed,
+        printed: 0,
+    };
+    match consumer.consume(wait_ms) {
+        Err(Stop::OutputClosed) => Ok(()),
+        Err(Stop::Failed(e)) => {
+            // Keep what was printed: commit it before reporting the error.
+            let _ = consumer.commit();
+            Err(e)
+        }
+        Ok(()) => consumer.commit(),
+    }
+}
+
+fn list_offset(client: &mut Client, args: &ConsumeArgs, spec: OffsetSpec) -> Result<u64, String> {
+    client
+        .list_offsets(&args.topic, args.partition, spec)
+        .map_err(|e| {
+            format!(
+                "finding the start offset in {}/{}: {}",
+                args.topic,
+                args.partition,
+                describe(&e)
+            )
+        })
+}
+
+/// Why consuming stopped early.
+enum Stop {
+    /// Whoever reads stdout went away (e.g. `| head`): a normal end.
+    OutputClosed,
+    Failed(String),
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Self {
+        Stop::Failed(e)
+    }
+}
+
+struct Consumer<'a, W: Write> {
+    client: Client,
+    args: &'a ConsumeArgs,
+    out: W,
+    /// Offset the consumer started at.
+    start: u64,
+    /// Offset of the next record to print.
+    next: u64,
+    /// Offset last committed for the group (or found committed at the start).
+    committed: Option<u64>,
+    printed: u64,
+}
+
+impl<W: Write> Consumer<'_, W> {
+    fn done(&self) -> bool {
+        self.args.count.is_some_and(|count| self.printed >= count)
+    }
+
+    fn consume(&mut self, wait_ms: u32) -> Result<(), Stop> {
+        let limits = Limits {
+            max_key_bytes: u64::MAX,
+            max_payload_bytes: u64::MAX,
+        };
+        while !self.done() {
+            let fetched = self
+                .client
+                .fetch(
+                    &self.args.topic,
+                    self.args.partition,
+                    self.next,
+                    self.args.max_bytes,
+                    Duration::from_millis(wait_ms.into()),
+                )
+                .map_err(|e| {
+                    format!(
+                        "fetching {}/{} at offset {}: {}",
+                        self.args.topic,
+                        self.args.partition,
+                        self.next,
+                        describe(&e)
+                    )
+                })?;
+            for batch in &fetched.batches {
+                let header = BatchHeader::decode(batch, &limits).expect("checked by the client");
+                self.print_batch(batch, &header)?;
+                if self.done() {
+                    break;
+                }
+                self.next = self.next.max(header.offset + header.records());
+            }
+            self.out.flush().map_err(output_error)?;
+            self.commit()?;
+            if self.args.exit_at_end && self.next >= fetched.high_watermark {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// Prints the records of a batch from `self.next` on, until `--count` is reached.
+    fn print_batch(&mut self, batch: &[u8], header: &BatchHeader) -> Result<(), Stop> {
+        let payload = record::payload_of(batch, header);
+        let key = record::key_of(batch, header);
+        let records: Option<Vec<&[u8]>> = payload::records(payload)
+            .collect::<Result<Vec<_>, _>>()
+            .ok()
+            .filter(|r| header.record_count > 0 && r.len() == header.record_count as usize);
+        // A payload in another encoding (e.g. from a HermitMQ client) is one record.
+        let records = records.unwrap_or_else(|| vec![payload]);
+        for (offset, value) in (header.offset..).zip(records) {
+            if offset < self.next {
+                continue;
+            }
+            if self.done() {
+                break;
+            }
+            self.print(offset, header.timestamp_ns / 1_000_000, key, value)
+                .map_err(output_error)?;
+            self.printed += 1;
+            self.next = offset + 1;
+        }
+        Ok(())
+    }
+
+    fn print(
+        &mut self,
+        offset: u64,
+        timestamp_ms: u64,
+        key: &[u8],
+        value: &[u8],
+    ) -> std::io::Result<()> {
+        match self.args.format {
+            Format::Raw => {
+                self.out.write_all(value)?;
+                self.out.write_all(b"\n")
+            }
+            Format::Json => writeln!(
+                self.out,
+                "{{\"offset\":{offset},\"timestamp\":{timestamp_ms},\"key\":{},\"value\":{}}}",
+                json_string(key),
+                json_string(value)
+            ),
+        }
+    }
+
+    /// Commits the next offset for the group, if there is a group and the consumer moved
+    /// past where it started.
+    fn commit(&mut self) -> Result<(), String> {
+        let Some(group) = &self.args.group else {
+            return Ok(());
+        };
+        if self.next == self.start || self.committed == Some(self.next) {
+            return Ok(());
+        }
+        self.client
+            .commit_offset(group, &self.args.topic, self.args.partition, self.next)
+            .map_err(|e| {
+                format!(
+                    "committing offset {} for group {group}: {}",
+                    self.next,
+                    describe(&e)
+                )
+            })?;
+        self.committed = Some(self.next);
+        Ok(())
+    }
+}
+
+fn json_string(bytes: &[u8]) -> String {
+    serde_json::to_string(&String::from_utf8_lossy(bytes)).expect("a string serializes")
+}
+
+fn output_error(e: std::io::Error) -> Stop {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Stop::OutputClosed
+    } else {
+        Stop::Failed(format!("writing to stdout: {e}"))
+    }
+}

@@ -1,0 +1,202 @@
+//! `pagurus topics list|create|describe|delete`.
+
+use clap::{Args, Subcommand, ValueEnum};
+
+use crate::cli::{ANSWER_TIMEOUT, DEFAULT_BROKER, connect, describe, print_out, table};
+use crate::protocol::native::{ErrorCode, TopicMetadata, TopicSettings};
+use crate::storage::FsyncPolicy;
+
+#[derive(Debug, Args)]
+pub struct TopicsArgs {
+    /// Broker address (host:port).
+    #[arg(long, global = true, env = "PAGURUS_BROKER", default_value = DEFAULT_BROKER)]
+    pub broker: String,
+    #[command(subcommand)]
+    pub command: TopicsCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsCommand {
+    /// Print the name of every topic, one per line.
+    List,
+    /// Create a topic.
+    Create(CreateArgs),
+    /// Print a topic's settings and, per partition, its owner core, log start offset and
+    /// high watermark.
+    Describe {
+        /// Topics to describe; every topic if none is named.
+        names: Vec<String>,
+    },
+    /// Delete a topic and all its data.
+    Delete {
+        /// Topic to delete.
+        name: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Topic name: 1-249 characters of [A-Za-z0-9._-], not "." or "..".
+    pub name: String,
+    /// Number of partitions (1-4096).
+    #[arg(long, default_value_t = 1)]
+    pub partitions: u32,
+    /// When a produce is acknowledged: always, never or interval=MS; the broker's --fsync
+    /// if not given.
+    #[arg(long)]
+    pub fsync: Option<FsyncPolicy>,
+    /// Segment size at which the active segment rolls; the broker's --segment-bytes if not
+    /// given.
+    #[arg(long)]
+    pub segment_bytes: Option<u64>,
+    /// Keep at most this many bytes per partition (whole closed segments are deleted); no
+    /// size limit if not given.
+    #[arg(long)]
+    pub retention_bytes: Option<u64>,
+    /// Delete closed segments older than this many ms; no age limit if not given.
+    #[arg(long)]
+    pub retention_ms: Option<u64>,
+    /// What happens to old segments: delete (retention) or compact (keep the newest batch
+    /// per key).
+    #[arg(long, value_enum, default_value = "delete")]
+    pub cleanup: Cleanup,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Cleanup {
+    Delete,
+    Compact,
+}
+
+pub fn run(args: TopicsArgs) -> Result<(), String> {
+    let mut client = connect(&args.broker, ANSWER_TIMEOUT)?;
+    match args.command {
+        TopicsCommand::List => {
+            let metadata = client.metadata(&[]).map_err(|e| describe(&e))?;
+            let mut text = String::new();
+            for topic in metadata.topics {
+                text.push_str(&topic.name);
+                text.push('\n');
+            }
+            print_out(&text)?;
+        }
+        TopicsCommand::Create(create) => {
+            let settings = settings(&create)?;
+            client
+                .create_topic(&create.name, settings)
+                .map_err(|e| format!("creating topic {}: {}", create.name, describe(&e)))?;
+            print_out(&format!(
+                "created topic {} with {} partition{}\n",
+                create.name,
+                create.partitions,
+                if create.partitions == 1 { "" } else { "s" }
+            ))?;
+        }
+        TopicsCommand::Describe { names } => {
+            let names: Vec<&str> = names.iter().map(String::as_str).collect();
+            let metadata = client.metadata(&names).map_err(|e| describe(&e))?;
+            if let Some(unknown) = metadata.topics.iter().find(|t| t.error != 0) {
+                return Err(format!(
+                    "topic {}: {}",
+                    unknown.name,
+                    ErrorCode::from_u16(unknown.error).map_or("error", ErrorCode::name)
+                ));
+            }
+            let text: Vec<String> = metadata.topics.iter().map(describe_topic).collect();
+            print_out(&text.join("\n"))?;
+        }
+        TopicsCommand::Delete { name } => {
+            client
+                .delete_topic(&name)
+                .map_err(|e| format!("deleting topic {name}: {}", describe(&e)))?;
+            print_out(&format!("deleted topic {name}\n"))?;
+        }
+    }
+    Ok(())
+}
+
+/// The settings block of a create request; zeros leave a setting to the broker.
+fn settings(create: &CreateArgs) -> Result<TopicSettings, String> {
+    let (fsync, fsync_interval_ms) = match create.fsync {
+        None => (0, 0),
+        Some(FsyncPolicy::Always) => (1, 0),
+        Some(FsyncPolicy::Never) => (2, 0),
+        Some(FsyncPolicy::Interval(interval)) => (
+            3,
+            u32::try_from(interval.as_millis())
+                .map_err(|_| String::from("the fsync interval must be under 2^32 ms"))?,
+        ),
+    };
+    let positive = |value: Option<u64>, flag: &str| match value {
+        Some(0) => Err(format!("--{flag} must be above 0")),
+        other => Ok(other.unwrap_or(0)),
+    };
+    Ok(TopicSettings {
+        partitions: create.partitions,
+        fsync,
+        fsync_interval_ms,
+        segment_bytes: positive(create.segment_bytes, "segment-bytes")?,
+        retention_bytes: positive(create.retention_bytes, "retention-bytes")?,
+        retention_ms: positive(create.retention_ms, "retention-ms")?,
+        cleanup: match create.cleanup {
+            Cleanup::Delete => 0,
+            Cleanup::Compact => 1,
+        },
+    })
+}
+
+/// Settings, one per line, then the partition table.
+fn describe_topic(topic: &TopicMetadata) -> String {
+    let s = &topic.settings;
+    let fsync = match s.fsync {
+        0 => String::from("broker default"),
+        1 => String::from("always"),
+        2 => String::from("never"),
+        3 => format!("interval={}", s.fsync_interval_ms),
+        other => format!("unknown ({other})"),
+    };
+    let limit = |value: u64| {
+        if value == 0 {
+            String::from("none")
+        } else {
+            value.to_string()
+        }
+    };
+    let cleanup = match s.cleanup {
+        0 => String::from("delete"),
+        1 => String::from("compact"),
+        other => format!("unknown ({other})"),
+    };
+    let mut out = format!(
+        "topic:            {}\n\
+         partitions:       {}\n\
+         fsync:            {fsync}\n\
+         segment bytes:    {}\n\
+         retention bytes:  {}\n\
+         retention ms:     {}\n\
+         cleanup:          {cleanup}\n\n",
+        topic.name,
+        topic.partitions.len(),
+        s.segment_bytes,
+        limit(s.retention_bytes),
+        limit(s.retention_ms),
+    );
+    let rows: Vec<Vec<String>> = topic
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            vec![
+                i.to_string(),
+                p.owner_core.to_string(),
+                p.log_start_offset.to_string(),
+                p.high_watermark.to_string(),
+            ]
+        })
+        .collect();
+    out.push_str(&table(
+        &["PARTITION", "OWNER CORE", "LOG START", "HIGH WATERMARK"],
+        &rows,
+    ));
+    out
+}
