@@ -268,3 +268,32 @@ fn retention_deletes_old_segments_and_reads_skip_forward() {
         .unwrap();
     assert_eq!(payload_of(&fetched.batches[0]), vec![earliest as u8; 500]);
 }
+
+#[test]
+fn one_connection_serves_more_requests_than_a_task_has_wakers() {
+    // glommio counts a task's wakers in an i16: every wait a connection abandons (each
+    // request read races the shutdown signal) must give its waker back, or the broker
+    // crashes after 32,768 requests on one connection.
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 1, &["--fsync", "never"]);
+    let mut client = broker.client();
+    client
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    client
+        .produce("w", 0, &[encode_batch(0, b"", b"x", 1)])
+        .unwrap();
+    for _ in 0..40_000 {
+        assert_eq!(client.list_offsets("w", 0, OffsetSpec::Latest).unwrap(), 1);
+    }
+    // Long polls that time out abandon their wait on the partition, too.
+    for _ in 0..200 {
+        assert!(
+            client
+                .fetch("w", 0, 1, 1 << 20, Duration::from_millis(1))
+                .unwrap()
+                .batches
+                .is_empty()
+        );
+    }
+}
