@@ -105,9 +105,14 @@ fn commit(broker: &Broker, group: &str, topic: &str, partition: u32, offset: u64
 #[test]
 fn load_tool_workload_ten_producers_a_million_records_live_consumer() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    // PAGURUS_TEST_FSYNC picks the policy (default always); the rate is printed, so this test
+    // doubles as the v1 throughput measurement:
+    //   PAGURUS_TEST_FSYNC=never cargo test --release --test hermit_v1 load_tool -- --nocapture
+    let fsync = std::env::var("PAGURUS_TEST_FSYNC").unwrap_or_else(|_| "always".into());
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &["--fsync", &fsync]);
     // The consumer connects first and waits: delivery must continue as batches arrive.
     let mut live = consumer(&broker, "stress-group", "load_test", 0);
+    let started = std::time::Instant::now();
     let producers: Vec<_> = (0..10)
         .map(|p| {
             let mut producer = V1Producer::connect(&broker, "load_test", 0);
@@ -128,6 +133,12 @@ fn load_tool_workload_ten_producers_a_million_records_live_consumer() {
     for producer in producers {
         producer.join().unwrap();
     }
+    let elapsed = started.elapsed();
+    println!(
+        "HermitMQ v1 workload, fsync={fsync}: 1,000,000 records produced and consumed in {:.2} s = {:.0} records/s",
+        elapsed.as_secs_f64(),
+        1e6 / elapsed.as_secs_f64()
+    );
     assert_eq!(batches.len(), 10_000);
     // Every (producer, batch) arrived exactly once, and each batch's records in order.
     let mut seen = vec![false; 10_000];
