@@ -297,3 +297,74 @@ fn one_connection_serves_more_requests_than_a_task_has_wakers() {
         );
     }
 }
+
+#[test]
+fn sigterm_under_load_answers_or_refuses_and_loses_no_acked_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut broker = Broker::start_in(&data, 2, &[]);
+    broker
+        .client()
+        .create_topic(
+            "load",
+            TopicSettings {
+                partitions: 4,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let producers: Vec<_> = (0..4u32)
+        .map(|p| {
+            let mut client = broker.client();
+            client
+                .set_read_timeout(Some(Duration::from_secs(30)))
+                .unwrap();
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                for i in 0u32.. {
+                    let value = [p.to_be_bytes(), i.to_be_bytes()].concat();
+                    match client.produce("load", p, &[encode_batch(0, b"", &value, 1)]) {
+                        Ok((base, _)) => acked.push((base, value)),
+                        // Refused with an answer while stopping, or the connection closed.
+                        Err(_) => break,
+                    }
+                }
+                (p, acked)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(broker.terminate().success(), "exit 0 on SIGTERM under load");
+    let acked: Vec<(u32, Vec<(u64, Vec<u8>)>)> =
+        producers.into_iter().map(|t| t.join().unwrap()).collect();
+    for partition in 0..4 {
+        assert!(
+            data.join(format!("topics/load/{partition}/clean-shutdown"))
+                .exists()
+        );
+    }
+    broker.restart();
+    let mut client = broker.client();
+    let mut total = 0;
+    for (partition, batches) in acked {
+        assert!(
+            !batches.is_empty(),
+            "partition {partition} took appends before the stop"
+        );
+        for (offset, value) in batches {
+            let fetched = client
+                .fetch("load", partition, offset, 1, Duration::ZERO)
+                .unwrap();
+            assert_eq!(
+                payload_of(&fetched.batches[0]),
+                value,
+                "acked batch at {partition}/{offset}"
+            );
+            total += 1;
+        }
+    }
+    assert!(
+        total > 100,
+        "only {total} batches were acknowledged under load"
+    );
+}
