@@ -335,8 +335,7 @@ fn sigterm_under_load_answers_or_refuses_and_loses_no_acked_batch() {
         .collect();
     std::thread::sleep(Duration::from_millis(700));
     assert!(broker.terminate().success(), "exit 0 on SIGTERM under load");
-    let acked: Vec<(u32, Vec<(u64, Vec<u8>)>)> =
-        producers.into_iter().map(|t| t.join().unwrap()).collect();
+    let acked: Vec<_> = producers.into_iter().map(|t| t.join().unwrap()).collect();
     for partition in 0..4 {
         assert!(
             data.join(format!("topics/load/{partition}/clean-shutdown"))
