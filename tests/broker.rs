@@ -367,3 +367,30 @@ fn sigterm_under_load_answers_or_refuses_and_loses_no_acked_batch() {
         "only {total} batches were acknowledged under load"
     );
 }
+
+#[test]
+fn a_relative_data_dir_works_on_every_core() {
+    // glommio's directory handles fail on relative paths; the broker makes the data
+    // directory absolute at start.
+    let relative =
+        std::path::PathBuf::from(format!("target/relative-data-dir-{}", std::process::id()));
+    std::fs::create_dir_all(&relative).unwrap();
+    let broker = Broker::start_in(&relative.join("data"), 2, &[]);
+    let mut client = broker.client();
+    client
+        .create_topic(
+            "rel",
+            TopicSettings {
+                partitions: 4,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    for partition in 0..4 {
+        client
+            .produce("rel", partition, &[encode_batch(0, b"", b"x", 1)])
+            .unwrap();
+    }
+    drop(broker);
+    let _ = std::fs::remove_dir_all(&relative);
+}

@@ -82,6 +82,13 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         path: data_dir.clone(),
         source,
     })?;
+    // Absolute from here on: glommio's directory handles fail on relative paths ("Bad file
+    // descriptor" opening a partition directory on a core other than the first).
+    config.data_dir =
+        std::fs::canonicalize(&config.data_dir).map_err(|source| ServeError::DataDir {
+            path: data_dir.clone(),
+            source,
+        })?;
     let _lock = lock_data_dir(config)?;
     topics::empty_trash(&config.data_dir);
 

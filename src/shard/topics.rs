@@ -84,9 +84,7 @@ impl TopicMeta {
             settings.segment_bytes
         };
         if !(1..=SEGMENT_BYTES_MAX).contains(&segment_bytes) {
-            return invalid(format!(
-                "segment bytes {segment_bytes}; must be 4 KiB..1 GiB"
-            ));
+            return invalid(format!("segment bytes {segment_bytes}; must be 1 B..1 GiB"));
         }
         let cleanup = match settings.cleanup {
             0 => Cleanup::Delete,
