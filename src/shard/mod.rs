@@ -437,13 +437,18 @@ impl Shard {
         })
     }
 
+    /// Validates a topic or group name (`what` says which), counting refusals.
+    pub fn valid_name<'n>(&self, name: &'n [u8], what: &str) -> Result<&'n str, Failure> {
+        validate_name(name).map_err(|e| {
+            Metrics::inc(&self.metrics.bad_names);
+            Failure::new(ErrorCode::InvalidName, format!("invalid {what} name: {e}"))
+        })
+    }
+
     /// Makes sure a topic exists, creating it with one partition if it does not (produce and
     /// fetch create topics on demand).
     pub async fn ensure_topic(self: &Rc<Self>, name: &[u8]) -> Result<Rc<TopicMeta>, Failure> {
-        let name = validate_name(name).map_err(|e| {
-            self.metrics.bad_names.set(self.metrics.bad_names.get() + 1);
-            Failure::new(ErrorCode::InvalidName, format!("invalid topic name: {e}"))
-        })?;
+        let name = self.valid_name(name, "topic")?;
         if let Some(meta) = self.topic(name) {
             return Ok(meta);
         }
@@ -451,22 +456,7 @@ impl Shard {
             partitions: 1,
             ..Default::default()
         };
-        let meta = TopicMeta::from_settings(name, &settings, &self.config.log)
-            .map_err(|(code, msg)| Failure::new(code, msg))?;
-        match self
-            .route(
-                CONTROLLER_CORE,
-                Call::CreateTopic {
-                    meta,
-                    if_not_exists: true,
-                },
-            )
-            .await
-        {
-            Answer::Done => {}
-            Answer::Failed(failure) => return Err(failure),
-            other => return Err(other.unexpected()),
-        }
+        self.create_via_controller(name, &settings, true).await?;
         self.topic(name).ok_or_else(|| {
             Failure::new(
                 ErrorCode::Internal,
@@ -481,9 +471,16 @@ impl Shard {
         name: &[u8],
         settings: &TopicSettings,
     ) -> Result<(), Failure> {
-        let name = validate_name(name).map_err(|e| {
-            Failure::new(ErrorCode::InvalidName, format!("invalid topic name: {e}"))
-        })?;
+        let name = self.valid_name(name, "topic")?;
+        self.create_via_controller(name, settings, false).await
+    }
+
+    async fn create_via_controller(
+        self: &Rc<Self>,
+        name: &str,
+        settings: &TopicSettings,
+        if_not_exists: bool,
+    ) -> Result<(), Failure> {
         let meta = TopicMeta::from_settings(name, settings, &self.config.log)
             .map_err(|(code, msg)| Failure::new(code, msg))?;
         match self
@@ -491,7 +488,7 @@ impl Shard {
                 CONTROLLER_CORE,
                 Call::CreateTopic {
                     meta,
-                    if_not_exists: false,
+                    if_not_exists,
                 },
             )
             .await
@@ -503,9 +500,7 @@ impl Shard {
     }
 
     pub async fn delete_topic(self: &Rc<Self>, name: &[u8]) -> Result<(), Failure> {
-        let name = validate_name(name).map_err(|e| {
-            Failure::new(ErrorCode::InvalidName, format!("invalid topic name: {e}"))
-        })?;
+        let name = self.valid_name(name, "topic")?;
         match self
             .route(
                 CONTROLLER_CORE,
@@ -680,14 +675,8 @@ impl Shard {
     }
 
     fn offsets_key(&self, group: &[u8], topic: &[u8], partition: u32) -> Result<Vec<u8>, Failure> {
-        let group = validate_name(group).map_err(|e| {
-            Metrics::inc(&self.metrics.bad_names);
-            Failure::new(ErrorCode::InvalidName, format!("invalid group name: {e}"))
-        })?;
-        let topic = validate_name(topic).map_err(|e| {
-            Metrics::inc(&self.metrics.bad_names);
-            Failure::new(ErrorCode::InvalidName, format!("invalid topic name: {e}"))
-        })?;
+        let group = self.valid_name(group, "group")?;
+        let topic = self.valid_name(topic, "topic")?;
         Ok(offsets::encode_key(group, topic, partition))
     }
 
