@@ -1,0 +1,334 @@
+//! Requests: their types, decoding (broker) and encoding (clients).
+
+use super::*;
+
+/// A decoded request, borrowing from the frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request<'a> {
+    Produce {
+        topic: &'a [u8],
+        partition: u32,
+        batches: ProduceBatches<'a>,
+    },
+    Fetch {
+        topic: &'a [u8],
+        partition: u32,
+        offset: u64,
+        max_bytes: u32,
+        max_wait_ms: u32,
+    },
+    ListOffsets {
+        topic: &'a [u8],
+        partition: u32,
+        spec: OffsetSpec,
+    },
+    CreateTopic {
+        name: &'a [u8],
+        settings: TopicSettings,
+    },
+    DeleteTopic {
+        name: &'a [u8],
+    },
+    /// No names: every topic.
+    Metadata {
+        topics: Vec<&'a [u8]>,
+    },
+    CommitOffset {
+        group: &'a [u8],
+        topic: &'a [u8],
+        partition: u32,
+        offset: u64,
+    },
+    FetchOffset {
+        group: &'a [u8],
+        topic: &'a [u8],
+        partition: u32,
+    },
+    ListGroups,
+    DescribeGroup {
+        group: &'a [u8],
+    },
+}
+
+/// The batches of a produce request: `count` times (crc u32, batch), all validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProduceBatches<'a> {
+    pub count: u32,
+    bytes: &'a [u8],
+    limits: Limits,
+}
+
+impl<'a> ProduceBatches<'a> {
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &'a [u8])> + 'a {
+        let mut rest = self.bytes;
+        let limits = self.limits;
+        (0..self.count).map(move |_| {
+            let crc = u32::from_be_bytes(rest[..4].try_into().expect("validated"));
+            let header = record::check(&rest[4..], &limits).expect("validated at decode");
+            let (batch, tail) = rest[4..].split_at(header.batch_len());
+            rest = tail;
+            (crc, batch)
+        })
+    }
+
+    /// Bytes of the batches (with their CRCs) as they sit in the frame.
+    pub fn as_bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Re-reads batches from bytes already validated by [`decode_request`] (e.g. after they
+    /// crossed to another core).
+    pub fn from_validated(count: u32, bytes: &'a [u8], limits: Limits) -> Self {
+        ProduceBatches {
+            count,
+            bytes,
+            limits,
+        }
+    }
+}
+
+/// Largest number of topics in one metadata request.
+pub const METADATA_TOPICS_MAX: u32 = 10_000;
+/// Largest number of batches in one produce request.
+pub const PRODUCE_BATCHES_MAX: u32 = 100_000;
+
+/// Decodes a request body (the frame after its length prefix).
+pub fn decode_request<'a>(
+    body: &'a [u8],
+    limits: &Limits,
+) -> Result<(RequestHeader, Request<'a>), (Option<RequestHeader>, DecodeError)> {
+    let (header, rest) = RequestHeader::decode(body).map_err(|e| (None, e.into()))?;
+    decode_request_body(&header, rest, limits)
+        .map(|request| (header, request))
+        .map_err(|e| (Some(header), e))
+}
+
+fn decode_request_body<'a>(
+    header: &RequestHeader,
+    body: &'a [u8],
+    limits: &Limits,
+) -> Result<Request<'a>, DecodeError> {
+    let api = ApiKey::from_u16(header.api).ok_or(DecodeError::UnsupportedApi(header.api))?;
+    if header.version != VERSION {
+        return Err(DecodeError::UnsupportedVersion {
+            api: header.api,
+            version: header.version,
+        });
+    }
+    let mut r = Reader::new(body);
+    let request = match api {
+        ApiKey::Produce => {
+            let topic = r.string("topic")?;
+            let partition = r.u32("partition")?;
+            let count = r.u32("batch count")?;
+            if count == 0 || count > PRODUCE_BATCHES_MAX {
+                return Err(Malformed {
+                    what: "batch count",
+                }
+                .into());
+            }
+            let bytes = r.rest();
+            for _ in 0..count {
+                r.u32("batch crc")?;
+                let header = match record::check(r.rest(), limits) {
+                    Err(RecordError::Incomplete { .. }) => {
+                        return Err(Malformed { what: "batch" }.into());
+                    }
+                    other => other?,
+                };
+                r.bytes(header.batch_len(), "batch")?;
+            }
+            r.finish("produce request")?;
+            Request::Produce {
+                topic,
+                partition,
+                batches: ProduceBatches {
+                    count,
+                    bytes,
+                    limits: *limits,
+                },
+            }
+        }
+        ApiKey::Fetch => Request::Fetch {
+            topic: r.string("topic")?,
+            partition: r.u32("partition")?,
+            offset: r.u64("offset")?,
+            max_bytes: r.u32("max bytes")?,
+            max_wait_ms: r.u32("max wait")?,
+        },
+        ApiKey::ListOffsets => {
+            let topic = r.string("topic")?;
+            let partition = r.u32("partition")?;
+            let kind = r.u8("offset spec")?;
+            let timestamp = r.u64("timestamp")?;
+            let spec = match kind {
+                0 => OffsetSpec::Earliest,
+                1 => OffsetSpec::Latest,
+                2 => OffsetSpec::Timestamp(timestamp),
+                _ => {
+                    return Err(Malformed {
+                        what: "offset spec",
+                    }
+                    .into());
+                }
+            };
+            Request::ListOffsets {
+                topic,
+                partition,
+                spec,
+            }
+        }
+        ApiKey::CreateTopic => Request::CreateTopic {
+            name: r.string("topic")?,
+            settings: TopicSettings {
+                partitions: r.u32("partitions")?,
+                fsync: r.u8("fsync")?,
+                fsync_interval_ms: r.u32("fsync interval")?,
+                segment_bytes: r.u64("segment bytes")?,
+                retention_bytes: r.u64("retention bytes")?,
+                retention_ms: r.u64("retention ms")?,
+                cleanup: r.u8("cleanup")?,
+            },
+        },
+        ApiKey::DeleteTopic => Request::DeleteTopic {
+            name: r.string("topic")?,
+        },
+        ApiKey::Metadata => {
+            let count = r.u32("topic count")?;
+            if count > METADATA_TOPICS_MAX {
+                return Err(Malformed {
+                    what: "topic count",
+                }
+                .into());
+            }
+            let mut topics = Vec::with_capacity(count as usize);
+            for _ in 0..count {
+                topics.push(r.string("topic")?);
+            }
+            Request::Metadata { topics }
+        }
+        ApiKey::CommitOffset => Request::CommitOffset {
+            group: r.string("group")?,
+            topic: r.string("topic")?,
+            partition: r.u32("partition")?,
+            offset: r.u64("offset")?,
+        },
+        ApiKey::FetchOffset => Request::FetchOffset {
+            group: r.string("group")?,
+            topic: r.string("topic")?,
+            partition: r.u32("partition")?,
+        },
+        ApiKey::ListGroups => Request::ListGroups,
+        ApiKey::DescribeGroup => Request::DescribeGroup {
+            group: r.string("group")?,
+        },
+    };
+    r.finish("request")?;
+    Ok(request)
+}
+
+/// Encodes a request frame (length prefix included) into `out`. For clients.
+pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<'_>) {
+    let start = begin_frame(out);
+    let api = match request {
+        Request::Produce { .. } => ApiKey::Produce,
+        Request::Fetch { .. } => ApiKey::Fetch,
+        Request::ListOffsets { .. } => ApiKey::ListOffsets,
+        Request::CreateTopic { .. } => ApiKey::CreateTopic,
+        Request::DeleteTopic { .. } => ApiKey::DeleteTopic,
+        Request::Metadata { .. } => ApiKey::Metadata,
+        Request::CommitOffset { .. } => ApiKey::CommitOffset,
+        Request::FetchOffset { .. } => ApiKey::FetchOffset,
+        Request::ListGroups => ApiKey::ListGroups,
+        Request::DescribeGroup { .. } => ApiKey::DescribeGroup,
+    };
+    out.put_u16(api as u16);
+    out.put_u16(VERSION);
+    out.put_u32(correlation_id);
+    match request {
+        Request::Produce {
+            topic,
+            partition,
+            batches,
+        } => {
+            out.put_string(topic);
+            out.put_u32(*partition);
+            out.put_u32(batches.count);
+            out.extend_from_slice(batches.bytes);
+        }
+        Request::Fetch {
+            topic,
+            partition,
+            offset,
+            max_bytes,
+            max_wait_ms,
+        } => {
+            out.put_string(topic);
+            out.put_u32(*partition);
+            out.put_u64(*offset);
+            out.put_u32(*max_bytes);
+            out.put_u32(*max_wait_ms);
+        }
+        Request::ListOffsets {
+            topic,
+            partition,
+            spec,
+        } => {
+            out.put_string(topic);
+            out.put_u32(*partition);
+            let (kind, ts) = match spec {
+                OffsetSpec::Earliest => (0, 0),
+                OffsetSpec::Latest => (1, 0),
+                OffsetSpec::Timestamp(ts) => (2, *ts),
+            };
+            out.put_u8(kind);
+            out.put_u64(ts);
+        }
+        Request::CreateTopic { name, settings } => {
+            out.put_string(name);
+            out.put_u32(settings.partitions);
+            out.put_u8(settings.fsync);
+            out.put_u32(settings.fsync_interval_ms);
+            out.put_u64(settings.segment_bytes);
+            out.put_u64(settings.retention_bytes);
+            out.put_u64(settings.retention_ms);
+            out.put_u8(settings.cleanup);
+        }
+        Request::DeleteTopic { name } => out.put_string(name),
+        Request::Metadata { topics } => {
+            out.put_u32(u32::try_from(topics.len()).expect("topic count"));
+            for topic in topics {
+                out.put_string(topic);
+            }
+        }
+        Request::CommitOffset {
+            group,
+            topic,
+            partition,
+            offset,
+        } => {
+            out.put_string(group);
+            out.put_string(topic);
+            out.put_u32(*partition);
+            out.put_u64(*offset);
+        }
+        Request::FetchOffset {
+            group,
+            topic,
+            partition,
+        } => {
+            out.put_string(group);
+            out.put_string(topic);
+            out.put_u32(*partition);
+        }
+        Request::ListGroups => {}
+        Request::DescribeGroup { group } => out.put_string(group),
+    }
+    end_frame(out, start);
+}
+
+/// Appends `(crc, batch)` to a produce request's batch bytes. For clients.
+pub fn push_produce_batch(out: &mut Vec<u8>, batch: &[u8]) {
+    out.put_u32(record::batch_crc(batch));
+    out.extend_from_slice(batch);
+}

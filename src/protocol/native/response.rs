@@ -1,0 +1,347 @@
+//! Responses: encoding (broker) and decoding (clients).
+
+use super::*;
+
+/// The head of a fetch response; `data_bytes` of batches follow it on the wire (sent from
+/// the segment file) and are counted in the frame length.
+pub fn encode_fetch_head(
+    out: &mut Vec<u8>,
+    correlation_id: u32,
+    high_watermark: u64,
+    log_start_offset: u64,
+    crcs: impl ExactSizeIterator<Item = u32>,
+    data_bytes: u32,
+) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u64(high_watermark);
+    out.put_u64(log_start_offset);
+    out.put_u32(u32::try_from(crcs.len()).expect("batch count"));
+    for crc in crcs {
+        out.put_u32(crc);
+    }
+    out.put_u32(data_bytes);
+    end_frame(out, start);
+    let body = u32::from_be_bytes(out[start..start + 4].try_into().expect("4")) + data_bytes;
+    out[start..start + 4].copy_from_slice(&body.to_be_bytes());
+}
+
+/// A decoded response header and body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResponseHeader {
+    pub correlation_id: u32,
+    pub error: u16,
+}
+
+/// Splits a response frame body into header and body.
+pub fn decode_response(body: &[u8]) -> Result<(ResponseHeader, &[u8]), Malformed> {
+    let mut r = Reader::new(body);
+    let header = ResponseHeader {
+        correlation_id: r.u32("response header")?,
+        error: r.u16("response header")?,
+    };
+    Ok((header, r.rest()))
+}
+
+/// A decoded fetch response body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchResponse<'a> {
+    pub high_watermark: u64,
+    pub log_start_offset: u64,
+    pub crcs: Vec<u32>,
+    pub data: &'a [u8],
+}
+
+/// Largest batch count a fetch response may announce (client-side sanity bound).
+pub const FETCH_BATCHES_MAX: u32 = 10_000_000;
+
+pub fn decode_fetch_response(body: &[u8]) -> Result<FetchResponse<'_>, Malformed> {
+    let mut r = Reader::new(body);
+    let high_watermark = r.u64("high watermark")?;
+    let log_start_offset = r.u64("log start")?;
+    let count = r.u32("batch count")?;
+    if count > FETCH_BATCHES_MAX || count as usize * 4 > r.remaining() {
+        return Err(Malformed {
+            what: "batch count",
+        });
+    }
+    let crcs = (0..count)
+        .map(|_| r.u32("crc"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let len = r.u32("data length")? as usize;
+    let data = r.bytes(len, "data")?;
+    r.finish("fetch response")?;
+    Ok(FetchResponse {
+        high_watermark,
+        log_start_offset,
+        crcs,
+        data,
+    })
+}
+
+/// Longest error message sent; longer ones are cut (at a char boundary).
+pub const ERROR_MESSAGE_MAX_BYTES: usize = 1024;
+
+/// An error response: `[string message][u64 earliest][u64 latest]`; the two offsets are the
+/// log's range for `OffsetOutOfRange` and 0 otherwise.
+pub fn encode_error(
+    out: &mut Vec<u8>,
+    correlation_id: u32,
+    code: ErrorCode,
+    message: &str,
+    range: Option<(u64, u64)>,
+) {
+    let start = begin_response(out, correlation_id, code);
+    let mut cut = message.len().min(ERROR_MESSAGE_MAX_BYTES);
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    out.put_string(&message.as_bytes()[..cut]);
+    let (earliest, latest) = range.unwrap_or((0, 0));
+    out.put_u64(earliest);
+    out.put_u64(latest);
+    end_frame(out, start);
+}
+
+/// A decoded error body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorBody {
+    pub message: String,
+    pub earliest: u64,
+    pub latest: u64,
+}
+
+pub fn decode_error(body: &[u8]) -> Result<ErrorBody, Malformed> {
+    let mut r = Reader::new(body);
+    let message = String::from_utf8_lossy(r.string("error message")?).into_owned();
+    let earliest = r.u64("earliest")?;
+    let latest = r.u64("latest")?;
+    Ok(ErrorBody {
+        message,
+        earliest,
+        latest,
+    })
+}
+
+/// Produce response body: base offset (u64), next offset (u64).
+pub fn encode_produce_response(
+    out: &mut Vec<u8>,
+    correlation_id: u32,
+    base_offset: u64,
+    next_offset: u64,
+) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u64(base_offset);
+    out.put_u64(next_offset);
+    end_frame(out, start);
+}
+
+pub fn decode_produce_response(body: &[u8]) -> Result<(u64, u64), Malformed> {
+    let mut r = Reader::new(body);
+    let offsets = (r.u64("base offset")?, r.u64("next offset")?);
+    r.finish("produce response")?;
+    Ok(offsets)
+}
+
+/// A response whose body is one offset (list offsets, fetch offset).
+pub fn encode_offset_response(out: &mut Vec<u8>, correlation_id: u32, offset: u64) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u64(offset);
+    end_frame(out, start);
+}
+
+pub fn decode_offset_response(body: &[u8]) -> Result<u64, Malformed> {
+    let mut r = Reader::new(body);
+    let offset = r.u64("offset")?;
+    r.finish("offset response")?;
+    Ok(offset)
+}
+
+/// One partition in a metadata response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionMetadata {
+    pub owner_core: u16,
+    pub log_start_offset: u64,
+    pub high_watermark: u64,
+}
+
+/// One topic in a metadata response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    pub name: String,
+    pub error: u16,
+    pub settings: TopicSettings,
+    pub partitions: Vec<PartitionMetadata>,
+}
+
+/// The metadata response: the port of each core (0 when shard ports are off) and topics.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetadataResponse {
+    pub core_ports: Vec<u16>,
+    pub topics: Vec<TopicMetadata>,
+}
+
+/// Most cores and partitions a client accepts in a metadata response.
+pub const METADATA_ITEMS_MAX: usize = 1 << 20;
+
+pub fn encode_metadata_response(
+    out: &mut Vec<u8>,
+    correlation_id: u32,
+    metadata: &MetadataResponse,
+) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u16(u16::try_from(metadata.core_ports.len()).expect("cores fit u16"));
+    for &port in &metadata.core_ports {
+        out.put_u16(port);
+    }
+    out.put_u32(u32::try_from(metadata.topics.len()).expect("topics fit u32"));
+    for topic in &metadata.topics {
+        out.put_string(topic.name.as_bytes());
+        out.put_u16(topic.error);
+        let s = &topic.settings;
+        out.put_u32(s.partitions);
+        out.put_u8(s.fsync);
+        out.put_u32(s.fsync_interval_ms);
+        out.put_u64(s.segment_bytes);
+        out.put_u64(s.retention_bytes);
+        out.put_u64(s.retention_ms);
+        out.put_u8(s.cleanup);
+        out.put_u32(u32::try_from(topic.partitions.len()).expect("partitions fit u32"));
+        for p in &topic.partitions {
+            out.put_u16(p.owner_core);
+            out.put_u64(p.log_start_offset);
+            out.put_u64(p.high_watermark);
+        }
+    }
+    end_frame(out, start);
+}
+
+pub fn decode_metadata_response(body: &[u8]) -> Result<MetadataResponse, Malformed> {
+    let mut r = Reader::new(body);
+    let cores = r.u16("cores")? as usize;
+    let core_ports = (0..cores)
+        .map(|_| r.u16("core port"))
+        .collect::<Result<_, _>>()?;
+    let count = r.u32("topic count")? as usize;
+    if count > METADATA_ITEMS_MAX || count > r.remaining() {
+        return Err(Malformed {
+            what: "topic count",
+        });
+    }
+    let mut topics = Vec::with_capacity(count);
+    for _ in 0..count {
+        let name = String::from_utf8_lossy(r.string("topic")?).into_owned();
+        let error = r.u16("error")?;
+        let settings = TopicSettings {
+            partitions: r.u32("partitions")?,
+            fsync: r.u8("fsync")?,
+            fsync_interval_ms: r.u32("fsync interval")?,
+            segment_bytes: r.u64("segment bytes")?,
+            retention_bytes: r.u64("retention bytes")?,
+            retention_ms: r.u64("retention ms")?,
+            cleanup: r.u8("cleanup")?,
+        };
+        let n = r.u32("partition count")? as usize;
+        if n > METADATA_ITEMS_MAX || n * 18 > r.remaining() {
+            return Err(Malformed {
+                what: "partition count",
+            });
+        }
+        let partitions = (0..n)
+            .map(|_| {
+                Ok(PartitionMetadata {
+                    owner_core: r.u16("owner")?,
+                    log_start_offset: r.u64("log start")?,
+                    high_watermark: r.u64("high watermark")?,
+                })
+            })
+            .collect::<Result<_, Malformed>>()?;
+        topics.push(TopicMetadata {
+            name,
+            error,
+            settings,
+            partitions,
+        });
+    }
+    r.finish("metadata response")?;
+    Ok(MetadataResponse { core_ports, topics })
+}
+
+/// One partition of a group in a describe-group response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPartition {
+    pub topic: String,
+    pub partition: u32,
+    pub committed_offset: u64,
+    /// The partition's high watermark.
+    pub log_end_offset: u64,
+    pub lag: u64,
+}
+
+/// List-groups response body: `[u32 count][string group]...`.
+pub fn encode_list_groups_response(out: &mut Vec<u8>, correlation_id: u32, groups: &[String]) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u32(u32::try_from(groups.len()).expect("groups fit u32"));
+    for group in groups {
+        out.put_string(group.as_bytes());
+    }
+    end_frame(out, start);
+}
+
+pub fn decode_list_groups_response(body: &[u8]) -> Result<Vec<String>, Malformed> {
+    let mut r = Reader::new(body);
+    let count = r.u32("group count")? as usize;
+    if count > r.remaining() {
+        return Err(Malformed {
+            what: "group count",
+        });
+    }
+    let groups = (0..count)
+        .map(|_| {
+            r.string("group")
+                .map(|g| String::from_utf8_lossy(g).into_owned())
+        })
+        .collect::<Result<_, _>>()?;
+    r.finish("list groups response")?;
+    Ok(groups)
+}
+
+/// Describe-group response body: `[u32 count]` then per partition `[string topic]
+/// [u32 partition][u64 committed][u64 log end][u64 lag]`.
+pub fn encode_describe_group_response(
+    out: &mut Vec<u8>,
+    correlation_id: u32,
+    partitions: &[GroupPartition],
+) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u32(u32::try_from(partitions.len()).expect("partitions fit u32"));
+    for p in partitions {
+        out.put_string(p.topic.as_bytes());
+        out.put_u32(p.partition);
+        out.put_u64(p.committed_offset);
+        out.put_u64(p.log_end_offset);
+        out.put_u64(p.lag);
+    }
+    end_frame(out, start);
+}
+
+pub fn decode_describe_group_response(body: &[u8]) -> Result<Vec<GroupPartition>, Malformed> {
+    let mut r = Reader::new(body);
+    let count = r.u32("partition count")? as usize;
+    if count > r.remaining() {
+        return Err(Malformed {
+            what: "partition count",
+        });
+    }
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        out.push(GroupPartition {
+            topic: String::from_utf8_lossy(r.string("topic")?).into_owned(),
+            partition: r.u32("partition")?,
+            committed_offset: r.u64("committed")?,
+            log_end_offset: r.u64("log end")?,
+            lag: r.u64("lag")?,
+        });
+    }
+    r.finish("describe group response")?;
+    Ok(out)
+}

@@ -1,0 +1,235 @@
+use super::*;
+use crate::protocol::record::encode_batch;
+
+fn frame_body(frame: &[u8]) -> &[u8] {
+    match check_frame(frame, usize::MAX) {
+        FrameCheck::Complete { frame_bytes } => &frame[FRAME_LEN_BYTES..frame_bytes],
+        other => panic!("not a whole frame: {other:?}"),
+    }
+}
+
+#[test]
+fn produce_round_trip() {
+    let limits = Limits::default();
+    let mut batches = Vec::new();
+    let b1 = encode_batch(1, b"k", b"one", 1);
+    let b2 = encode_batch(2, b"", b"two two", 2);
+    push_produce_batch(&mut batches, &b1);
+    push_produce_batch(&mut batches, &b2);
+    let request = Request::Produce {
+        topic: b"orders",
+        partition: 3,
+        batches: ProduceBatches::from_validated(2, &batches, limits),
+    };
+    let mut frame = Vec::new();
+    encode_request(&mut frame, 9, &request);
+    let (header, decoded) = decode_request(frame_body(&frame), &limits).unwrap();
+    assert_eq!(header.correlation_id, 9);
+    assert_eq!(decoded, request);
+    let Request::Produce { batches, .. } = decoded else {
+        unreachable!()
+    };
+    let got: Vec<_> = batches.iter().collect();
+    assert_eq!(
+        got,
+        vec![
+            (record::batch_crc(&b1), &b1[..]),
+            (record::batch_crc(&b2), &b2[..])
+        ]
+    );
+}
+
+#[test]
+fn every_request_round_trips() {
+    let limits = Limits::default();
+    let requests = [
+        Request::Fetch {
+            topic: b"t",
+            partition: 1,
+            offset: 5,
+            max_bytes: 100,
+            max_wait_ms: 7,
+        },
+        Request::ListOffsets {
+            topic: b"t",
+            partition: 0,
+            spec: OffsetSpec::Timestamp(99),
+        },
+        Request::CreateTopic {
+            name: b"t",
+            settings: TopicSettings {
+                partitions: 4,
+                fsync: 3,
+                fsync_interval_ms: 10,
+                segment_bytes: 1 << 20,
+                retention_bytes: 5,
+                retention_ms: 6,
+                cleanup: 1,
+            },
+        },
+        Request::DeleteTopic { name: b"t" },
+        Request::Metadata {
+            topics: vec![b"a", b"b"],
+        },
+        Request::CommitOffset {
+            group: b"g",
+            topic: b"t",
+            partition: 2,
+            offset: 8,
+        },
+        Request::FetchOffset {
+            group: b"g",
+            topic: b"t",
+            partition: 2,
+        },
+        Request::ListGroups,
+        Request::DescribeGroup { group: b"g" },
+    ];
+    for request in requests {
+        let mut frame = Vec::new();
+        encode_request(&mut frame, 1, &request);
+        let (_, decoded) = decode_request(frame_body(&frame), &limits).unwrap();
+        assert_eq!(decoded, request);
+    }
+}
+
+#[test]
+fn bad_requests_are_coded_errors() {
+    let limits = Limits::default();
+    let mut frame = Vec::new();
+    encode_request(&mut frame, 4, &Request::ListGroups);
+    let mut body = frame_body(&frame).to_vec();
+    body.push(0);
+    let (header, err) = decode_request(&body, &limits).unwrap_err();
+    assert_eq!(header.unwrap().correlation_id, 4);
+    assert_eq!(err.code(), ErrorCode::Malformed);
+
+    body[..2].copy_from_slice(&999u16.to_be_bytes());
+    assert_eq!(
+        decode_request(&body, &limits).unwrap_err().1.code(),
+        ErrorCode::UnsupportedApi
+    );
+
+    // A produce whose batch has a bad magic byte.
+    let mut batches = Vec::new();
+    let mut bad = encode_batch(0, b"", b"x", 1);
+    bad[0] = 7;
+    batches.put_u32(0);
+    batches.extend_from_slice(&bad);
+    let mut frame = Vec::new();
+    encode_request(
+        &mut frame,
+        5,
+        &Request::Produce {
+            topic: b"t",
+            partition: 0,
+            batches: ProduceBatches::from_validated(1, &batches, limits),
+        },
+    );
+    assert_eq!(
+        decode_request(frame_body(&frame), &limits)
+            .unwrap_err()
+            .1
+            .code(),
+        ErrorCode::BadMagic
+    );
+}
+
+#[test]
+fn frames_and_fetch_heads() {
+    assert_eq!(
+        check_frame(&[0, 0], 10),
+        FrameCheck::Incomplete { needed: 2 }
+    );
+    assert_eq!(
+        check_frame(&[0, 0, 0, 20], 10),
+        FrameCheck::TooLarge { body_bytes: 20 }
+    );
+    assert_eq!(
+        check_frame(&[0, 0, 0, 2, 1], 10),
+        FrameCheck::Incomplete { needed: 1 }
+    );
+    let mut out = Vec::new();
+    encode_fetch_head(&mut out, 3, 100, 7, [1u32, 2].into_iter(), 5);
+    out.extend_from_slice(b"hello");
+    let (header, body) = decode_response(frame_body(&out)).unwrap();
+    assert_eq!(
+        header,
+        ResponseHeader {
+            correlation_id: 3,
+            error: 0
+        }
+    );
+    let fetch = decode_fetch_response(body).unwrap();
+    assert_eq!(fetch.crcs, vec![1, 2]);
+    assert_eq!(fetch.data, b"hello");
+    assert_eq!((fetch.high_watermark, fetch.log_start_offset), (100, 7));
+}
+
+#[test]
+fn responses_round_trip() {
+    let mut out = Vec::new();
+    encode_error(
+        &mut out,
+        8,
+        ErrorCode::OffsetOutOfRange,
+        "gone",
+        Some((3, 9)),
+    );
+    let (header, body) = decode_response(frame_body(&out)).unwrap();
+    assert_eq!(header.error, ErrorCode::OffsetOutOfRange as u16);
+    assert_eq!(
+        decode_error(body).unwrap(),
+        ErrorBody {
+            message: "gone".into(),
+            earliest: 3,
+            latest: 9
+        }
+    );
+    let mut out = Vec::new();
+    encode_produce_response(&mut out, 1, 10, 20);
+    let (_, body) = decode_response(frame_body(&out)).unwrap();
+    assert_eq!(decode_produce_response(body).unwrap(), (10, 20));
+    let metadata = MetadataResponse {
+        core_ports: vec![9093, 9094],
+        topics: vec![TopicMetadata {
+            name: "t".into(),
+            error: 0,
+            settings: TopicSettings {
+                partitions: 2,
+                ..Default::default()
+            },
+            partitions: vec![
+                PartitionMetadata {
+                    owner_core: 1,
+                    log_start_offset: 0,
+                    high_watermark: 5,
+                },
+                PartitionMetadata {
+                    owner_core: 0,
+                    log_start_offset: 2,
+                    high_watermark: 2,
+                },
+            ],
+        }],
+    };
+    let mut out = Vec::new();
+    encode_metadata_response(&mut out, 2, &metadata);
+    let (_, body) = decode_response(frame_body(&out)).unwrap();
+    assert_eq!(decode_metadata_response(body).unwrap(), metadata);
+    let mut out = Vec::new();
+    encode_list_groups_response(&mut out, 3, &["g1".into(), "g2".into()]);
+    let (_, body) = decode_response(frame_body(&out)).unwrap();
+    assert_eq!(decode_list_groups_response(body).unwrap(), vec!["g1", "g2"]);
+    let group = vec![GroupPartition {
+        topic: "t".into(),
+        partition: 1,
+        committed_offset: 4,
+        log_end_offset: 10,
+        lag: 6,
+    }];
+    let mut out = Vec::new();
+    encode_describe_group_response(&mut out, 4, &group);
+    let (_, body) = decode_response(frame_body(&out)).unwrap();
+    assert_eq!(decode_describe_group_response(body).unwrap(), group);
+}
