@@ -234,6 +234,33 @@ pub struct TopicSettings {
     pub cleanup: u8,
 }
 
+impl TopicSettings {
+    /// Wire layout (create-topic requests and metadata responses): `[u32 partitions]
+    /// [u8 fsync][u32 fsync interval ms][u64 segment bytes][u64 retention bytes]
+    /// [u64 retention ms][u8 cleanup]`.
+    pub fn put(&self, out: &mut Vec<u8>) {
+        out.put_u32(self.partitions);
+        out.put_u8(self.fsync);
+        out.put_u32(self.fsync_interval_ms);
+        out.put_u64(self.segment_bytes);
+        out.put_u64(self.retention_bytes);
+        out.put_u64(self.retention_ms);
+        out.put_u8(self.cleanup);
+    }
+
+    pub fn read(r: &mut Reader<'_>) -> Result<TopicSettings, Malformed> {
+        Ok(TopicSettings {
+            partitions: r.u32("partitions")?,
+            fsync: r.u8("fsync")?,
+            fsync_interval_ms: r.u32("fsync interval")?,
+            segment_bytes: r.u64("segment bytes")?,
+            retention_bytes: r.u64("retention bytes")?,
+            retention_ms: r.u64("retention ms")?,
+            cleanup: r.u8("cleanup")?,
+        })
+    }
+}
+
 /// Reserves the length prefix of a frame; returns where the frame starts.
 pub fn begin_frame(out: &mut Vec<u8>) -> usize {
     let start = out.len();

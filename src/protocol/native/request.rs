@@ -180,15 +180,7 @@ fn decode_request_body<'a>(
         }
         ApiKey::CreateTopic => Request::CreateTopic {
             name: r.string("topic")?,
-            settings: TopicSettings {
-                partitions: r.u32("partitions")?,
-                fsync: r.u8("fsync")?,
-                fsync_interval_ms: r.u32("fsync interval")?,
-                segment_bytes: r.u64("segment bytes")?,
-                retention_bytes: r.u64("retention bytes")?,
-                retention_ms: r.u64("retention ms")?,
-                cleanup: r.u8("cleanup")?,
-            },
+            settings: TopicSettings::read(&mut r)?,
         },
         ApiKey::DeleteTopic => Request::DeleteTopic {
             name: r.string("topic")?,
@@ -286,13 +278,7 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         }
         Request::CreateTopic { name, settings } => {
             out.put_string(name);
-            out.put_u32(settings.partitions);
-            out.put_u8(settings.fsync);
-            out.put_u32(settings.fsync_interval_ms);
-            out.put_u64(settings.segment_bytes);
-            out.put_u64(settings.retention_bytes);
-            out.put_u64(settings.retention_ms);
-            out.put_u8(settings.cleanup);
+            settings.put(out);
         }
         Request::DeleteTopic { name } => out.put_string(name),
         Request::Metadata { topics } => {

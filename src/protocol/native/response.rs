@@ -197,14 +197,7 @@ pub fn encode_metadata_response(
     for topic in &metadata.topics {
         out.put_string(topic.name.as_bytes());
         out.put_u16(topic.error);
-        let s = &topic.settings;
-        out.put_u32(s.partitions);
-        out.put_u8(s.fsync);
-        out.put_u32(s.fsync_interval_ms);
-        out.put_u64(s.segment_bytes);
-        out.put_u64(s.retention_bytes);
-        out.put_u64(s.retention_ms);
-        out.put_u8(s.cleanup);
+        topic.settings.put(out);
         out.put_u32(u32::try_from(topic.partitions.len()).expect("partitions fit u32"));
         for p in &topic.partitions {
             out.put_u16(p.owner_core);
@@ -231,15 +224,7 @@ pub fn decode_metadata_response(body: &[u8]) -> Result<MetadataResponse, Malform
     for _ in 0..count {
         let name = String::from_utf8_lossy(r.string("topic")?).into_owned();
         let error = r.u16("error")?;
-        let settings = TopicSettings {
-            partitions: r.u32("partitions")?,
-            fsync: r.u8("fsync")?,
-            fsync_interval_ms: r.u32("fsync interval")?,
-            segment_bytes: r.u64("segment bytes")?,
-            retention_bytes: r.u64("retention bytes")?,
-            retention_ms: r.u64("retention ms")?,
-            cleanup: r.u8("cleanup")?,
-        };
+        let settings = TopicSettings::read(&mut r)?;
         let n = r.u32("partition count")? as usize;
         if n > METADATA_ITEMS_MAX || n * 18 > r.remaining() {
             return Err(Malformed {
