@@ -120,6 +120,15 @@ pub enum Answer {
 }
 
 impl Answer {
+    /// `Ok` for `Done`, the failure for `Failed`, an internal error for anything else.
+    pub fn done(self) -> Result<(), Failure> {
+        match self {
+            Answer::Done => Ok(()),
+            Answer::Failed(failure) => Err(failure),
+            other => Err(other.unexpected()),
+        }
+    }
+
     pub fn unexpected(&self) -> Failure {
         Failure::new(ErrorCode::Internal, format!("unexpected answer {self:?}"))
     }

@@ -483,37 +483,27 @@ impl Shard {
     ) -> Result<(), Failure> {
         let meta = TopicMeta::from_settings(name, settings, &self.config.log)
             .map_err(|(code, msg)| Failure::new(code, msg))?;
-        match self
-            .route(
-                CONTROLLER_CORE,
-                Call::CreateTopic {
-                    meta,
-                    if_not_exists,
-                },
-            )
-            .await
-        {
-            Answer::Done => Ok(()),
-            Answer::Failed(failure) => Err(failure),
-            other => Err(other.unexpected()),
-        }
+        self.route(
+            CONTROLLER_CORE,
+            Call::CreateTopic {
+                meta,
+                if_not_exists,
+            },
+        )
+        .await
+        .done()
     }
 
     pub async fn delete_topic(self: &Rc<Self>, name: &[u8]) -> Result<(), Failure> {
         let name = self.valid_name(name, "topic")?;
-        match self
-            .route(
-                CONTROLLER_CORE,
-                Call::DeleteTopic {
-                    name: name.to_string(),
-                },
-            )
-            .await
-        {
-            Answer::Done => Ok(()),
-            Answer::Failed(failure) => Err(failure),
-            other => Err(other.unexpected()),
-        }
+        self.route(
+            CONTROLLER_CORE,
+            Call::DeleteTopic {
+                name: name.to_string(),
+            },
+        )
+        .await
+        .done()
     }
 
     async fn create_topic_controller(
@@ -585,11 +575,7 @@ impl Shard {
     async fn broadcast(self: &Rc<Self>, make: impl Fn() -> Call) -> Result<Answer, Failure> {
         for core in 0..self.cores() {
             // Boxed: `route` may run `handle`, which runs this (topic calls on the controller).
-            match Box::pin(self.route(core, make())).await {
-                Answer::Done => {}
-                Answer::Failed(failure) => return Err(failure),
-                other => return Err(other.unexpected()),
-            }
+            Box::pin(self.route(core, make())).await.done()?;
         }
         Ok(Answer::Done)
     }
@@ -604,11 +590,9 @@ impl Shard {
     ) -> Result<(), Failure> {
         let key = self.offsets_key(group, topic, partition)?;
         let owner = offsets::shard_owner(offsets::shard_of(&key), self.cores());
-        match self.route(owner, Call::CommitOffset { key, offset }).await {
-            Answer::Done => Ok(()),
-            Answer::Failed(failure) => Err(failure),
-            other => Err(other.unexpected()),
-        }
+        self.route(owner, Call::CommitOffset { key, offset })
+            .await
+            .done()
     }
 
     /// A group's committed offset, if it has one.
