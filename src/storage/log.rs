@@ -149,6 +149,7 @@ pub struct PartitionLog {
     progress: Watch,
     /// Wakes the I/O task; shared with it so the task need not hold the log.
     io_signal: Rc<IoSignal>,
+    pub(super) compaction: crate::storage::compaction::CompactionState,
 }
 
 #[derive(Default)]
@@ -183,6 +184,7 @@ impl PartitionLog {
             .map_err(|e| StorageError::io(&dir, e.into()))?;
         let next_offset = segments.last().map_or(0, |s| s.next_offset);
         let pending_position = segments.last().map_or(0, |s| s.size_bytes);
+        let dir_for_compaction = dir.clone();
         let log = Rc::new(PartitionLog {
             dir,
             directory,
@@ -204,6 +206,7 @@ impl PartitionLog {
             stats: Cell::new(LogStats::default()),
             progress: Watch::default(),
             io_signal: Rc::new(IoSignal::default()),
+            compaction: crate::storage::compaction::CompactionState::new(&dir_for_compaction),
         });
         log.start_io_task();
         Ok(log)
@@ -741,13 +744,13 @@ impl PartitionLog {
         }
     }
 
-    /// First offset still in the log.
+    /// First offset still in the log: the base of the oldest segment. (Compaction may have
+    /// removed that segment's first batches; readers asking for them get the next batch.)
     pub fn log_start_offset(&self) -> u64 {
         let st = self.state.borrow();
         st.segments
-            .iter()
-            .find_map(|s| (s.entries() > 0).then(|| s.entry(0).offset))
-            .unwrap_or(st.next_offset)
+            .first()
+            .map_or(st.next_offset, |s| s.base_offset)
     }
 
     /// Offset the next append will get.
@@ -878,7 +881,7 @@ pub fn read_planned(plan: &ReadPlan, dir: &Path) -> Result<Vec<StoredBatch>, Sto
 }
 
 impl State {
-    fn check_writable(&self) -> Result<(), StorageError> {
+    pub(super) fn check_writable(&self) -> Result<(), StorageError> {
         if let Some(reason) = &self.fenced {
             return Err(StorageError::Fenced {
                 reason: reason.clone(),

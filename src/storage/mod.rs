@@ -5,11 +5,13 @@
 //! - [`log`]: the partition log: offsets, group commit, read plans.
 //! - [`recovery`]: the sans-IO segment scanner that decides what survives a crash.
 //! - [`retention`]: deleting whole closed segments by size and age.
+//! - [`compaction`]: rewriting closed segments to the newest batch per key, crash-safely.
 //! - [`open`]: opening a partition directory: markers, scanning, repair, quarantine.
 //! - [`watch`]: the wake-up signal group commit and long-polls wait on.
 //!
 //! The on-disk layout is documented in `docs/STORAGE.md`.
 
+pub mod compaction;
 pub mod index;
 pub mod log;
 pub mod open;
@@ -25,6 +27,7 @@ use std::time::Duration;
 use crate::limits::Limits;
 use crate::protocol::record::RecordError;
 
+pub use compaction::{CompactionLimits, CompactionOutcome};
 pub use log::{AppendAck, LogStats, PartitionLog, ReadPlan, StoredBatch, Ticket};
 pub use retention::{Retention, RetentionOutcome};
 

@@ -66,6 +66,7 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
     } else {
         read_recovery_point(dir)
     };
+    crate::storage::compaction::finish_interrupted(dir)?;
     let bases = list_segments(dir)?;
 
     // First decide what survives, segment by segment, oldest first...
@@ -74,9 +75,9 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
         if let Some((_, previous)) = kept.last()
             && base != previous.next_offset
         {
-            // Each segment starts where the one before it ends. (Compaction, when it
-            // lands, must keep each segment's last batch so this still holds.) A gap or an
-            // overlap means a segment before this one lost batches or is damaged.
+            // Each segment starts where the one before it ends (compaction keeps each
+            // segment's last batch so this still holds). A gap or an overlap means a
+            // segment before this one lost batches or is damaged.
             error!(dir = %dir.display(), base, previous_next = previous.next_offset, "segment does not continue the one before it");
             quarantine(dir, &bases[i..])?;
             break;
@@ -150,8 +151,9 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
 }
 
 /// A sealed segment passes the cheap check: its index exists, holds whole entries that
-/// chain (each batch starts where the previous one ended, in bytes and in offsets, with
-/// sane lengths and a running-maximum timestamp), starts at the segment's base offset, and
+/// chain (each batch starts where the previous one ended in bytes, at or after where it
+/// ended in offsets — compaction leaves gaps — with sane lengths and a running-maximum
+/// timestamp), starts at or after the segment's base offset, and
 /// the WAL ends exactly where the last entry does. This reads the index only, never the
 /// WAL: bit rot in the WAL of a trusted segment is caught by the CRC on every read (and by
 /// clients, which get each batch's CRC); rot in its index is caught here.
@@ -174,7 +176,7 @@ fn looks_sealed(dir: &Path, base: u64) -> bool {
     let (mut offset, mut position, mut max_ts) = (base, 0u64, 0u64);
     for i in 0..index.len() {
         let e = index.get(i);
-        if e.offset != offset
+        if e.offset < offset
             || u64::from(e.position) != position
             || (e.length as usize) < crate::protocol::record::HEADER_LEN
             || e.records == 0
