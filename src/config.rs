@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::storage::LogConfig;
+use crate::storage::{CompactionLimits, LogConfig};
 
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
@@ -29,6 +29,31 @@ pub struct BrokerConfig {
     pub in_flight_max: usize,
     /// Longest long-poll a fetch may ask for.
     pub fetch_wait_max: Duration,
+    /// When `cleanup = compact` partitions (and the offsets store) are compacted.
+    pub compaction: CompactionConfig,
+    /// Segment size of the offsets store's internal logs (compaction rewrites closed ones).
+    pub offsets_segment_bytes: u64,
+}
+
+/// The background compaction trigger.
+#[derive(Debug, Clone, Copy)]
+pub struct CompactionConfig {
+    /// Compact a partition once this share of its closed-segment bytes was written since
+    /// its last pass (see `PartitionLog::dirty_ratio`).
+    pub dirty_ratio_min: f64,
+    /// At most one background pass per partition this often.
+    pub interval_min: Duration,
+    pub limits: CompactionLimits,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            dirty_ratio_min: 0.5,
+            interval_min: Duration::from_secs(60),
+            limits: CompactionLimits::default(),
+        }
+    }
 }
 
 impl Default for BrokerConfig {
@@ -45,6 +70,8 @@ impl Default for BrokerConfig {
             topics_max: 10_000,
             in_flight_max: 256,
             fetch_wait_max: Duration::from_secs(30),
+            compaction: CompactionConfig::default(),
+            offsets_segment_bytes: 16 * 1024 * 1024,
         }
     }
 }

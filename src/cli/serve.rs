@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, CompactionConfig};
 use crate::limits::Limits;
-use crate::storage::{FsyncPolicy, LogConfig};
+use crate::storage::{CompactionLimits, FsyncPolicy, LogConfig};
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -49,6 +49,30 @@ pub struct ServeArgs {
     /// Do not listen on the per-core ports (listen port + 1 + core).
     #[arg(long, env = "PAGURUS_NO_SHARD_PORTS")]
     pub no_shard_ports: bool,
+    /// Compact a `cleanup = compact` partition once this share (0..=1) of its closed-segment
+    /// bytes was written since its last compaction.
+    #[arg(long, env = "PAGURUS_COMPACT_DIRTY_RATIO", default_value_t = 0.5, value_parser = parse_ratio)]
+    pub compact_dirty_ratio: f64,
+    /// At most one background compaction per partition this often.
+    #[arg(long, env = "PAGURUS_COMPACT_INTERVAL_MS", default_value_t = 60_000)]
+    pub compact_interval_ms: u64,
+    /// Memory one compaction pass may use for its key map; past it, it keeps more.
+    #[arg(long, env = "PAGURUS_COMPACT_KEY_MAP_BYTES", default_value_t = 64 * 1024 * 1024)]
+    pub compact_key_map_bytes: usize,
+    /// Segment size of the consumer offsets store's internal logs.
+    #[arg(long, env = "PAGURUS_OFFSETS_SEGMENT_BYTES", default_value_t = 16 * 1024 * 1024)]
+    pub offsets_segment_bytes: u64,
+}
+
+fn parse_ratio(s: &str) -> Result<f64, String> {
+    let ratio: f64 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number: {e}"))?;
+    if (0.0..=1.0).contains(&ratio) {
+        Ok(ratio)
+    } else {
+        Err(format!("{ratio} is not between 0 and 1"))
+    }
 }
 
 impl ServeArgs {
@@ -71,6 +95,14 @@ impl ServeArgs {
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
             topics_max: self.max_topics,
+            compaction: CompactionConfig {
+                dirty_ratio_min: self.compact_dirty_ratio,
+                interval_min: Duration::from_millis(self.compact_interval_ms),
+                limits: CompactionLimits {
+                    key_map_bytes_max: self.compact_key_map_bytes,
+                },
+            },
+            offsets_segment_bytes: self.offsets_segment_bytes,
             ..BrokerConfig::default()
         }
     }

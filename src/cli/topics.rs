@@ -1,4 +1,4 @@
-//! `pagurus topics list|create|describe|delete`.
+//! `pagurus topics list|create|describe|delete|compact`.
 
 use clap::{Args, Subcommand, ValueEnum};
 
@@ -32,7 +32,19 @@ pub enum TopicsCommand {
         /// Topic to delete.
         name: String,
     },
+    /// Compact a `cleanup = compact` topic now (every partition, or one), and print what
+    /// each pass removed.
+    Compact {
+        /// Topic to compact.
+        name: String,
+        /// Only this partition.
+        #[arg(long)]
+        partition: Option<u32>,
+    },
 }
+
+/// A compaction pass over a large partition reads and rewrites it: wait this long.
+const COMPACT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
 #[derive(Debug, Args)]
 pub struct CreateArgs {
@@ -110,6 +122,36 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
                 .delete_topic(&name)
                 .map_err(|e| format!("deleting topic {name}: {}", describe(&e)))?;
             print_out(&format!("deleted topic {name}\n"))?;
+        }
+        TopicsCommand::Compact { name, partition } => {
+            let partitions = match partition {
+                Some(p) => vec![p],
+                None => {
+                    let metadata = client.metadata(&[&name]).map_err(|e| describe(&e))?;
+                    let topic = metadata
+                        .topics
+                        .first()
+                        .filter(|t| t.error == 0)
+                        .ok_or_else(|| format!("topic {name}: unknown topic"))?;
+                    (0..topic.partitions.len() as u32).collect()
+                }
+            };
+            let mut client = connect(&args.broker, COMPACT_TIMEOUT)?;
+            let mut text = String::new();
+            for p in partitions {
+                let done = client
+                    .compact(&name, p)
+                    .map_err(|e| format!("compacting {name}/{p}: {}", describe(&e)))?;
+                text.push_str(&format!(
+                    "{name}/{p}: {} segments rewritten, {} batches removed, {} -> {} bytes in {} ms\n",
+                    done.segments_rewritten,
+                    done.batches_removed,
+                    done.bytes_before,
+                    done.bytes_after,
+                    done.duration_us / 1000
+                ));
+            }
+            print_out(&text)?;
         }
     }
     Ok(())

@@ -253,6 +253,21 @@ impl Client {
         })
     }
 
+    /// Runs a compaction pass on one partition of a `cleanup = compact` topic and waits for
+    /// it (a pass over a large partition takes a while: give the client a long timeout).
+    pub fn compact(
+        &mut self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<native::CompactResponse, ClientError> {
+        self.call(&Request::Compact {
+            topic: topic.as_bytes(),
+            partition,
+        })?;
+        native::decode_compact_response(self.body())
+            .map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
     /// Metadata of the named topics, or of all topics when `topics` is empty.
     pub fn metadata(&mut self, topics: &[&str]) -> Result<MetadataResponse, ClientError> {
         self.call(&Request::Metadata {

@@ -295,7 +295,16 @@ async fn consumer(
             }
             continue;
         }
-        let file = shard.segment_files.open(&plan.wal_path, plan.file_id)?;
+        let file = match shard.segment_files.open(&plan.wal_path, plan.file_id) {
+            Ok(file) => file,
+            // Replaced by compaction or deleted by retention since the plan: plan again.
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                crate::server::metrics::Metrics::inc(&shard.metrics.fetches_replanned);
+                debug!(path = %plan.wal_path.display(), %error, "segment replaced after planning; fetching again");
+                continue;
+            }
+            Err(error) => return Err(error),
+        };
         send_range(stream, &file, plan.position, plan.length, plan.hot).await?;
         shard
             .metrics

@@ -52,6 +52,17 @@ counters!(
     mesh_calls,
     /// Bytes of segments deleted by retention.
     retention_bytes_deleted,
+    /// Fetches answered empty because their segment was replaced or deleted after planning.
+    fetches_replanned,
+    /// Compaction passes completed.
+    compactions,
+    /// Compaction passes that failed (the segments stay as they were).
+    compaction_failures,
+    /// Sizes of the segments compaction rewrote, before and after.
+    compaction_bytes_before,
+    compaction_bytes_after,
+    /// Batches compaction dropped because a newer batch had the same key.
+    compaction_batches_removed,
 );
 
 impl Metrics {

@@ -346,6 +346,10 @@ async fn serve_core(
     }
     glommio::spawn_local(background_sync(Rc::clone(shard))).detach();
     glommio::spawn_local(background_retention(Rc::clone(shard))).detach();
+    glommio::spawn_local(crate::shard::compaction::background_compaction(Rc::clone(
+        shard,
+    )))
+    .detach();
 
     while !barriers.stopping() && !shard.shutdown.is_requested() {
         glommio::timer::sleep(STOP_POLL).await;

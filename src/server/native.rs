@@ -398,6 +398,27 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
                     .map(|()| empty(correlation_id))
             })
         }
+        Request::Compact { topic, partition } => {
+            let topic = topic.to_vec();
+            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+                let outcome = shard.compact(&topic, partition).await?;
+                let mut out = Vec::new();
+                native::encode_compact_response(
+                    &mut out,
+                    correlation_id,
+                    &native::CompactResponse {
+                        segments_rewritten: u32::try_from(outcome.segments_rewritten)
+                            .unwrap_or(u32::MAX),
+                        batches_removed: outcome.batches_removed,
+                        bytes_before: outcome.bytes_before,
+                        bytes_after: outcome.bytes_after,
+                        duration_us: u64::try_from(outcome.duration.as_micros())
+                            .unwrap_or(u64::MAX),
+                    },
+                );
+                Ok(out)
+            })
+        }
         Request::Metadata { topics } => {
             let names: Vec<Vec<u8>> = topics.into_iter().map(<[u8]>::to_vec).collect();
             later(shard, correlation_id, async move |shard: Rc<Shard>| {
@@ -692,9 +713,20 @@ async fn send_fetch(
     correlation_id: u32,
     plan: SendPlan,
 ) -> io::Result<()> {
+    let mut plan = plan;
     let file = if plan.length > 0 {
         match shard.segment_files.open(&plan.wal_path, plan.file_id) {
             Ok(file) => Some(file),
+            // Compaction replaced the segment (or retention deleted it) between the plan and
+            // now. Answer "nothing yet" at the same offset: the consumer fetches again and
+            // gets the new segment's batches (or the coded out-of-range error).
+            Err(error) if error.kind() == io::ErrorKind::NotFound => {
+                Metrics::inc(&shard.metrics.fetches_replanned);
+                tracing::debug!(path = %plan.wal_path.display(), %error, "fetch planned on a replaced segment; the client fetches again");
+                plan.length = 0;
+                plan.crcs.clear();
+                None
+            }
             Err(error) => {
                 let failure = Failure::new(
                     ErrorCode::StorageError,

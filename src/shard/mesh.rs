@@ -82,6 +82,11 @@ pub enum Call {
     GroupOffsets {
         group: Option<String>,
     },
+    /// To the owner: run a compaction pass on the partition now.
+    Compact {
+        topic: String,
+        partition: u32,
+    },
 }
 
 /// Where a fetch's bytes are: a range of a segment file, with the batches' CRCs.
@@ -115,6 +120,7 @@ pub enum Answer {
     },
     /// (group, topic, partition, committed offset).
     GroupOffsets(Vec<(String, String, u32, u64)>),
+    Compacted(crate::storage::CompactionOutcome),
     Done,
     Failed(Failure),
 }

@@ -6,6 +6,7 @@
 //! - [`topics`]: topic metadata, its files, and the controller's create/delete.
 //! - [`offsets`]: consumer group offsets in 256 shards of internal logs.
 
+pub mod compaction;
 pub mod mesh;
 pub mod offsets;
 pub mod routing;
@@ -129,7 +130,8 @@ pub struct Shard {
 
 impl Shard {
     pub fn new(core: usize, config: Arc<BrokerConfig>, mesh: Mesh) -> Shard {
-        let offsets = offsets::OffsetStore::new(&config.data_dir, &config.log);
+        let offsets =
+            offsets::OffsetStore::new(&config.data_dir, &config.log, config.offsets_segment_bytes);
         Shard {
             core,
             config,
@@ -332,6 +334,10 @@ impl Shard {
                 )),
                 Err(failure) => Err(failure),
             },
+            Call::Compact { topic, partition } => self
+                .compact_local(&topic, partition)
+                .await
+                .map(Answer::Compacted),
             Call::GroupOffsets { group } => Ok(Answer::GroupOffsets(
                 self.offsets
                     .entries(group.as_deref())

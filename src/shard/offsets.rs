@@ -84,12 +84,13 @@ pub struct OffsetStore {
 }
 
 impl OffsetStore {
-    /// `defaults` are the broker's log settings; internal logs use small segments.
-    pub fn new(data_dir: &Path, defaults: &LogConfig) -> OffsetStore {
+    /// `defaults` are the broker's log settings; internal logs use small segments
+    /// (`segment_bytes`), so that compaction, which rewrites closed segments, keeps them small.
+    pub fn new(data_dir: &Path, defaults: &LogConfig, segment_bytes: u64) -> OffsetStore {
         OffsetStore {
             data_dir: data_dir.to_path_buf(),
             config: LogConfig {
-                segment_bytes: 16 * 1024 * 1024,
+                segment_bytes,
                 segment_age: Duration::from_secs(24 * 3600),
                 index_entries: 64 * 1024,
                 ..defaults.clone()

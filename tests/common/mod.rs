@@ -15,6 +15,8 @@ pub struct Broker {
     pub addr: SocketAddr,
     pub data_dir: PathBuf,
     args: Vec<String>,
+    /// Extra environment of the next start (test hooks such as `PAGURUS_TEST_CRASH_AT`).
+    env: Vec<(String, String)>,
     cores: usize,
     log: PathBuf,
 }
@@ -45,6 +47,7 @@ impl Broker {
             addr: SocketAddr::from(([127, 0, 0, 1], port)),
             data_dir: data_dir.to_path_buf(),
             args: args.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
             cores,
             log: data_dir.with_extension("log"),
         };
@@ -83,6 +86,7 @@ impl Broker {
             .arg(self.cores.to_string())
             .args(&self.args)
             .env("RUST_LOG", "info,pagurus=debug")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -156,6 +160,31 @@ impl Broker {
         let mut child = self.child.take().expect("running");
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    /// Sets (or with `None` removes) an environment variable for the next start.
+    pub fn set_env(&mut self, key: &str, value: Option<&str>) {
+        self.env.retain(|(k, _)| k != key);
+        if let Some(value) = value {
+            self.env.push((key.to_string(), value.to_string()));
+        }
+    }
+
+    /// Waits for the broker to exit by itself (e.g. at a crash hook).
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("broker did not exit; log:\n{}", self.log_text());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Starts the broker again on the same port and data directory.

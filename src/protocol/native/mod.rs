@@ -119,6 +119,7 @@ code_enum!(
         FetchOffset = 8,
         ListGroups = 9,
         DescribeGroup = 10,
+        Compact = 11,
     }
 );
 

@@ -48,6 +48,11 @@ pub enum Request<'a> {
     DescribeGroup {
         group: &'a [u8],
     },
+    /// Run a compaction pass on one partition of a `cleanup = compact` topic now.
+    Compact {
+        topic: &'a [u8],
+        partition: u32,
+    },
 }
 
 /// The batches of a produce request: `count` times (crc u32, batch), all validated.
@@ -214,6 +219,10 @@ fn decode_request_body<'a>(
         ApiKey::DescribeGroup => Request::DescribeGroup {
             group: r.string("group")?,
         },
+        ApiKey::Compact => Request::Compact {
+            topic: r.string("topic")?,
+            partition: r.u32("partition")?,
+        },
     };
     r.finish("request")?;
     Ok(request)
@@ -233,6 +242,7 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         Request::FetchOffset { .. } => ApiKey::FetchOffset,
         Request::ListGroups => ApiKey::ListGroups,
         Request::DescribeGroup { .. } => ApiKey::DescribeGroup,
+        Request::Compact { .. } => ApiKey::Compact,
     };
     out.put_u16(api as u16);
     out.put_u16(VERSION);
@@ -309,6 +319,10 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         }
         Request::ListGroups => {}
         Request::DescribeGroup { group } => out.put_string(group),
+        Request::Compact { topic, partition } => {
+            out.put_string(topic);
+            out.put_u32(*partition);
+        }
     }
     end_frame(out, start);
 }

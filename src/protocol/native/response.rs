@@ -330,3 +330,38 @@ pub fn decode_describe_group_response(body: &[u8]) -> Result<Vec<GroupPartition>
     r.finish("describe group response")?;
     Ok(out)
 }
+
+/// What a compaction pass did, as a compact response carries it:
+/// `[u32 segments rewritten][u64 batches removed][u64 bytes before][u64 bytes after]
+/// [u64 duration us]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CompactResponse {
+    pub segments_rewritten: u32,
+    pub batches_removed: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub duration_us: u64,
+}
+
+pub fn encode_compact_response(out: &mut Vec<u8>, correlation_id: u32, done: &CompactResponse) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u32(done.segments_rewritten);
+    out.put_u64(done.batches_removed);
+    out.put_u64(done.bytes_before);
+    out.put_u64(done.bytes_after);
+    out.put_u64(done.duration_us);
+    end_frame(out, start);
+}
+
+pub fn decode_compact_response(body: &[u8]) -> Result<CompactResponse, Malformed> {
+    let mut r = Reader::new(body);
+    let done = CompactResponse {
+        segments_rewritten: r.u32("segments rewritten")?,
+        batches_removed: r.u64("batches removed")?,
+        bytes_before: r.u64("bytes before")?,
+        bytes_after: r.u64("bytes after")?,
+        duration_us: r.u64("duration")?,
+    };
+    r.finish("compact response")?;
+    Ok(done)
+}

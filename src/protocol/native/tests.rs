@@ -84,6 +84,10 @@ fn every_request_round_trips() {
         },
         Request::ListGroups,
         Request::DescribeGroup { group: b"g" },
+        Request::Compact {
+            topic: b"t",
+            partition: 3,
+        },
     ];
     for request in requests {
         let mut frame = Vec::new();
@@ -232,4 +236,21 @@ fn responses_round_trip() {
     encode_describe_group_response(&mut out, 4, &group);
     let (_, body) = decode_response(frame_body(&out)).unwrap();
     assert_eq!(decode_describe_group_response(body).unwrap(), group);
+}
+
+#[test]
+fn compact_response_round_trips() {
+    let done = CompactResponse {
+        segments_rewritten: 3,
+        batches_removed: 1_000,
+        bytes_before: 1 << 20,
+        bytes_after: 1 << 10,
+        duration_us: 42,
+    };
+    let mut out = Vec::new();
+    encode_compact_response(&mut out, 9, &done);
+    let (header, body) = decode_response(frame_body(&out)).unwrap();
+    assert_eq!(header.correlation_id, 9);
+    assert_eq!(decode_compact_response(body).unwrap(), done);
+    assert!(decode_compact_response(&body[..body.len() - 1]).is_err());
 }
