@@ -49,6 +49,9 @@ pub struct ServeArgs {
     /// Do not listen on the per-core ports (listen port + 1 + core).
     #[arg(long, env = "PAGURUS_NO_SHARD_PORTS")]
     pub no_shard_ports: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off when not given).
+    #[arg(long, env = "PAGURUS_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServeArgs {
@@ -71,6 +74,7 @@ impl ServeArgs {
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
             topics_max: self.max_topics,
+            metrics_listen: self.metrics_listen,
             ..BrokerConfig::default()
         }
     }
