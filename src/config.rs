@@ -33,6 +33,8 @@ pub struct BrokerConfig {
     pub compaction: CompactionConfig,
     /// Segment size of the offsets store's internal logs (compaction rewrites closed ones).
     pub offsets_segment_bytes: u64,
+    /// Where core 0 serves Prometheus metrics at `/metrics`; none when `None`.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// The background compaction trigger.
@@ -72,16 +74,59 @@ impl Default for BrokerConfig {
             fetch_wait_max: Duration::from_secs(30),
             compaction: CompactionConfig::default(),
             offsets_segment_bytes: 16 * 1024 * 1024,
+            metrics_listen: None,
         }
     }
 }
 
 impl BrokerConfig {
+    /// The broker port (main or a core's) that `addr` would collide with, if any.
+    pub fn broker_port_at(&self, addr: SocketAddr) -> Option<u16> {
+        let same_host = addr.ip() == self.listen.ip()
+            || addr.ip().is_unspecified()
+            || self.listen.ip().is_unspecified();
+        if !same_host || addr.port() == 0 {
+            return None;
+        }
+        std::iter::once(Some(self.listen.port()))
+            .chain((0..self.cores).map(|core| self.shard_port(core)))
+            .flatten()
+            .find(|&port| port == addr.port())
+    }
+
     /// The port that reaches exactly `core`, if shard ports are on.
     pub fn shard_port(&self, core: usize) -> Option<u16> {
         if !self.shard_ports || self.listen.port() == 0 {
             return None;
         }
         u16::try_from(usize::from(self.listen.port()) + 1 + core).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_port_must_not_be_a_broker_port() {
+        let config = BrokerConfig {
+            listen: "127.0.0.1:9092".parse().unwrap(),
+            cores: 2,
+            ..BrokerConfig::default()
+        };
+        let at = |addr: &str| config.broker_port_at(addr.parse().unwrap());
+        assert_eq!(at("127.0.0.1:9092"), Some(9092));
+        assert_eq!(at("0.0.0.0:9094"), Some(9094), "core 1's shard port");
+        assert_eq!(at("127.0.0.1:9095"), None, "past the last core");
+        assert_eq!(at("10.1.1.1:9092"), None, "another address");
+        assert_eq!(at("127.0.0.1:9464"), None);
+        let no_shard_ports = BrokerConfig {
+            shard_ports: false,
+            ..config.clone()
+        };
+        assert_eq!(
+            no_shard_ports.broker_port_at("127.0.0.1:9093".parse().unwrap()),
+            None
+        );
     }
 }

@@ -7,6 +7,7 @@
 //! - [`storage`]: segmented partition logs: mmapped index with CRCs, group commit, read
 //!   plans for zero-copy sends, crash recovery.
 //! - [`limits`]: size and name limits checked before anything is allocated.
+//! - [`metrics`]: Prometheus metrics: per-core recording, snapshots, text exposition.
 //!
 //! The design every part agrees on is in `DESIGN.md` (shared with the product owner) and the
 //! documents under `docs/`.
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod client;
 pub mod config;
 pub mod limits;
+pub mod metrics;
 pub mod protocol;
 pub mod server;
 pub mod shard;

@@ -63,7 +63,10 @@ pub enum Command {
 /// Parses the command line and runs the chosen subcommand.
 pub fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log_level, cli.log_format);
+    if let Err(message) = init_logging(&cli.log_level, cli.log_format) {
+        eprintln!("pagurus: {message}");
+        return std::process::ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Produce(args) => produce::run(args),
@@ -81,19 +84,32 @@ pub fn main() -> std::process::ExitCode {
     }
 }
 
-fn init_logging(level: &str, format: LogFormat) {
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
-        .or_else(|| tracing_subscriber::EnvFilter::try_new(level).ok())
-        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info"));
+/// Logs go to stderr: `RUST_LOG`, when set, overrides `--log-level`. Human logs are
+/// colored only on a terminal, so files and the journal get plain text; JSON logs are one
+/// object per line, with the thread (`pagurus-N` is core N) in each.
+fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
+    use std::io::IsTerminal;
+    use tracing_subscriber::EnvFilter;
+    let level_filter =
+        EnvFilter::try_new(level).map_err(|e| format!("invalid --log-level {level:?}: {e}"))?;
+    let rust_log = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
+    let (filter, bad_rust_log) = match rust_log.map(|f| (EnvFilter::try_new(&f), f)) {
+        Some((Ok(filter), _)) => (filter, None),
+        Some((Err(e), f)) => (level_filter, Some((f, e))),
+        None => (level_filter, None),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_thread_names(true);
     match format {
-        LogFormat::Human => builder.init(),
+        LogFormat::Human => builder.with_ansi(std::io::stderr().is_terminal()).init(),
         LogFormat::Json => builder.json().init(),
     }
+    if let Some((value, error)) = bad_rust_log {
+        tracing::warn!(rust_log = %value, %error, "RUST_LOG is not a valid filter; using --log-level");
+    }
+    Ok(())
 }
 
 /// Broker address the client subcommands use unless told otherwise.

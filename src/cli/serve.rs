@@ -62,6 +62,9 @@ pub struct ServeArgs {
     /// Segment size of the consumer offsets store's internal logs.
     #[arg(long, env = "PAGURUS_OFFSETS_SEGMENT_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub offsets_segment_bytes: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (off when not given).
+    #[arg(long, env = "PAGURUS_METRICS_LISTEN", value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {
@@ -103,6 +106,7 @@ impl ServeArgs {
                 },
             },
             offsets_segment_bytes: self.offsets_segment_bytes,
+            metrics_listen: self.metrics_listen,
             ..BrokerConfig::default()
         }
     }

@@ -18,7 +18,9 @@ use futures_lite::FutureExt;
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
 
+use crate::metrics::requests::RequestKind;
 use crate::protocol::hermit::{self, HermitError};
+use crate::protocol::native::ErrorCode;
 use crate::protocol::record::{self, BatchHeader, RecordError};
 use crate::server::connection::handshake;
 use crate::server::io::{read_some, write_all};
@@ -26,6 +28,10 @@ use crate::server::metrics::Metrics;
 use crate::server::sendfile::send_range;
 use crate::shard::mesh::{Answer, Call};
 use crate::shard::{Failure, Shard};
+
+const PRODUCE: RequestKind = RequestKind::HermitProduce;
+const CONSUME: RequestKind = RequestKind::HermitConsume;
+const COMMIT: RequestKind = RequestKind::HermitCommit;
 
 /// Longest consumer long-poll before the loop looks again (it is woken by new data sooner).
 const CONSUMER_WAIT_MS: u32 = 1000;
@@ -39,6 +45,8 @@ pub async fn serve(
     deadline: Instant,
 ) -> io::Result<()> {
     let mut buf = BytesMut::with_capacity(4096);
+    // Requests are counted per batch for producers, per session for consumers and commits
+    // (a refused handshake counts as one request of the role, with its error).
     match role {
         hermit::ROLE_PRODUCER => producer(&shard, &stream, &mut buf, deadline).await,
         hermit::ROLE_CONSUMER => consumer(&shard, &stream, &mut buf, deadline).await,
@@ -50,6 +58,7 @@ pub async fn serve(
 /// logged and counted).
 async fn read_message<T>(
     shard: &Shard,
+    kind: RequestKind,
     stream: &RefCell<TcpStream>,
     buf: &mut BytesMut,
     parse: impl Fn(&[u8]) -> Result<(T, usize), HermitError>,
@@ -60,6 +69,11 @@ async fn read_message<T>(
             Err(HermitError::Incomplete { needed }) => fill(stream, buf, needed).await?,
             Err(error) => {
                 Metrics::inc(&shard.metrics.bad_names);
+                shard.metrics.request_counts.request(kind);
+                shard
+                    .metrics
+                    .request_counts
+                    .error(kind, ErrorCode::InvalidName);
                 warn!(%error, "HermitMQ handshake refused; connection closed");
                 return Ok(None);
             }
@@ -97,7 +111,7 @@ async fn producer(
 ) -> io::Result<()> {
     let Some((hello, used)) = handshake(
         deadline,
-        read_message(shard, stream, buf, |b| {
+        read_message(shard, PRODUCE, stream, buf, |b| {
             hermit::parse_producer_hello(b).map(|(h, n)| ((h.topic.to_string(), h.partition), n))
         }),
     )
@@ -110,6 +124,8 @@ async fn producer(
     let meta = match shard.ensure_topic(topic.as_bytes()).await {
         Ok(meta) => meta,
         Err(failure) => {
+            shard.metrics.request_counts.request(PRODUCE);
+            shard.metrics.request_counts.error(PRODUCE, failure.code);
             warn!(topic, error = %failure.message, "HermitMQ producer refused; connection closed");
             return Ok(());
         }
@@ -132,6 +148,11 @@ async fn producer(
                 },
                 Err(error) => {
                     Metrics::inc(&shard.metrics.bad_batches);
+                    shard.metrics.request_counts.request(PRODUCE);
+                    shard
+                        .metrics
+                        .request_counts
+                        .error(PRODUCE, ErrorCode::from(&error));
                     warn!(%error, topic, "HermitMQ producer sent a bad batch; connection closed (v1 has no error frame)");
                     return Ok(());
                 }
@@ -141,7 +162,12 @@ async fn producer(
         if buf.len() < len {
             fill(stream, buf, len - buf.len()).await?;
         }
+        shard.metrics.request_counts.request(PRODUCE);
         let ack = if partition >= meta.partitions {
+            shard
+                .metrics
+                .request_counts
+                .error(PRODUCE, ErrorCode::UnknownPartition);
             debug!(
                 topic,
                 partition, "HermitMQ produce to a partition that does not exist"
@@ -151,6 +177,7 @@ async fn producer(
             match append(shard, &topic, partition, &buf[..len]).await {
                 Ok(base_offset) => hermit::encode_ack(hermit::ACK_STORED, base_offset),
                 Err(failure) => {
+                    shard.metrics.request_counts.error(PRODUCE, failure.code);
                     warn!(topic, partition, error = %failure.message, "HermitMQ append failed; 0xFF sent");
                     hermit::encode_ack(hermit::ACK_FAILED, 0)
                 }
@@ -181,6 +208,11 @@ async fn append(
             .await
             .inspect_err(|_| Metrics::inc(&shard.metrics.bad_batches))?;
         Metrics::inc(&shard.metrics.batches_in);
+        Metrics::add(&shard.metrics.bytes_in, batch.len() as u64);
+        Metrics::add(
+            &shard.metrics.records_in,
+            ticket.end_offset - ticket.base_offset,
+        );
         log.commit(ticket).await?;
         return Ok(ticket.base_offset);
     }
@@ -214,7 +246,7 @@ async fn consumer(
 ) -> io::Result<()> {
     let Some(((group, topic, partition), _)) = handshake(
         deadline,
-        read_message(shard, stream, buf, |b| {
+        read_message(shard, CONSUME, stream, buf, |b| {
             hermit::parse_consumer_hello(b)
                 .map(|(h, n)| ((h.group.to_string(), h.topic.to_string(), h.partition), n))
         }),
@@ -223,9 +255,12 @@ async fn consumer(
     else {
         return Ok(());
     };
+    shard.metrics.request_counts.request(CONSUME);
     let meta = match shard.ensure_topic(topic.as_bytes()).await {
         Ok(meta) if partition < meta.partitions => meta,
-        Ok(_) | Err(_) => {
+        refused => {
+            let code = refused.map_or_else(|f| f.code, |_| ErrorCode::UnknownPartition);
+            shard.metrics.request_counts.error(CONSUME, code);
             warn!(
                 topic,
                 partition, "HermitMQ consumer for a partition that cannot exist; connection closed"
@@ -281,6 +316,7 @@ async fn consumer(
                 continue;
             }
             Wake::Data(Answer::Failed(failure)) => {
+                shard.metrics.request_counts.error(CONSUME, failure.code);
                 warn!(topic, partition, error = %failure.message, "HermitMQ consumer stopped");
                 return Ok(());
             }
@@ -306,10 +342,8 @@ async fn consumer(
             Err(error) => return Err(error),
         };
         send_range(stream, &file, plan.position, plan.length, plan.hot).await?;
-        shard
-            .metrics
-            .bytes_out
-            .set(shard.metrics.bytes_out.get() + plan.length);
+        Metrics::add(&shard.metrics.bytes_out, plan.length);
+        Metrics::add(&shard.metrics.records_out, plan.records);
         offset = plan.next_offset;
     }
 }
@@ -322,7 +356,7 @@ async fn commit(
 ) -> io::Result<()> {
     let Some(((group, topic, partition, offset), _)) = handshake(
         deadline,
-        read_message(shard, stream, buf, |b| {
+        read_message(shard, COMMIT, stream, buf, |b| {
             hermit::parse_commit(b).map(|(c, n)| {
                 (
                     (
@@ -340,12 +374,14 @@ async fn commit(
     else {
         return Ok(());
     };
+    shard.metrics.request_counts.request(COMMIT);
     match shard
         .commit_offset(group.as_bytes(), topic.as_bytes(), partition, offset)
         .await
     {
         Ok(()) => write_all(stream, &[hermit::COMMIT_DONE]).await,
         Err(failure) => {
+            shard.metrics.request_counts.error(COMMIT, failure.code);
             // v1 has no error answer: close without 0x01, so the client sees the failure.
             warn!(group, topic, partition, error = %failure.message, "HermitMQ commit failed; connection closed");
             Ok(())

@@ -1,13 +1,19 @@
 //! Per-core counters. Each core owns its own (plain `Cell`s: no atomics, no locks on the hot
-//! path); they are read on that core, e.g. for a scrape or a shutdown report.
+//! path); they are read on that core, for a scrape (`server::scrape`) or the shutdown
+//! report. How each becomes a Prometheus family is `metrics::exposition`; a counter added
+//! here without a family there is still exported, as `pagurus_<name>_total`.
 
 use std::cell::Cell;
+
+use crate::metrics::requests::RequestCounters;
 
 macro_rules! counters {
     ($($(#[$doc:meta])* $name:ident),+ $(,)?) => {
         #[derive(Debug, Default)]
         pub struct Metrics {
             $($(#[$doc])* pub $name: Cell<u64>,)+
+            /// Requests by type and error code.
+            pub request_counts: RequestCounters,
         }
 
         impl Metrics {
@@ -26,10 +32,8 @@ counters!(
     connections_refused,
     /// Connections closed for saying nothing within the handshake timeout, or idling.
     connections_timed_out,
-    /// Native requests answered, any outcome.
-    requests,
-    /// Native requests answered with an error code.
-    request_errors,
+    /// Connections open now (a gauge).
+    connections_open,
     /// Frames whose length was over the limit (skipped, answered with an error).
     frames_too_large,
     /// Requests that could not be decoded.
@@ -44,12 +48,22 @@ counters!(
     unknown_protocols,
     /// Batches appended on this core.
     batches_in,
+    /// Records appended on this core.
+    records_in,
     /// Bytes of batches appended on this core.
     bytes_in,
     /// Bytes sent to consumers by sendfile.
     bytes_out,
+    /// Records sent to consumers.
+    records_out,
     /// Calls sent to other cores.
     mesh_calls,
+    /// Calls received from other cores.
+    mesh_calls_received,
+    /// Answers sent back to calling cores.
+    mesh_answers_sent,
+    /// Answers received from called cores.
+    mesh_answers_received,
     /// Bytes of segments deleted by retention.
     retention_bytes_deleted,
     /// Fetches answered empty because their segment was replaced or deleted after planning.
@@ -63,6 +77,10 @@ counters!(
     compaction_bytes_after,
     /// Batches compaction dropped because a newer batch had the same key.
     compaction_batches_removed,
+    /// Scrapes of `/metrics` answered.
+    metrics_scrapes,
+    /// Requests to the metrics port refused (malformed, too large, timed out).
+    metrics_bad_requests,
 );
 
 impl Metrics {
@@ -72,5 +90,9 @@ impl Metrics {
 
     pub fn add(counter: &Cell<u64>, n: u64) {
         counter.set(counter.get() + n);
+    }
+
+    pub fn dec(gauge: &Cell<u64>) {
+        gauge.set(gauge.get().saturating_sub(1));
     }
 }

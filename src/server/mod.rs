@@ -6,12 +6,14 @@
 //! - [`sendfile`]: zero-copy sends of segment bytes.
 //! - [`io`]: socket reads and writes shared by a connection's two tasks.
 //! - [`metrics`]: per-core counters.
+//! - [`scrape`]: the `/metrics` endpoint.
 
 pub mod connection;
 pub mod hermit;
 pub mod io;
 pub mod metrics;
 pub mod native;
+pub mod scrape;
 pub mod sendfile;
 
 use std::fs::File;
@@ -109,6 +111,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         finished: Arc::new(AtomicUsize::new(0)),
     };
     let connections = Arc::new(AtomicUsize::new(0));
+    let mut metrics_listener = bind_metrics(&config)?;
 
     let mut handles = Vec::with_capacity(cores);
     for index in 0..cores {
@@ -123,10 +126,18 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         };
         let (config, mesh, barriers) = (Arc::clone(&config), mesh.clone(), barriers.clone());
         let connections = Arc::clone(&connections);
+        // Core 0 serves the metrics endpoint (its answers cover every core).
+        let metrics = if index == 0 {
+            metrics_listener.take()
+        } else {
+            None
+        };
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("pagurus-{index}"))
             .preempt_timer(Duration::from_millis(5))
-            .spawn(move || async move { run_core(config, mesh, cpu, barriers, connections).await })
+            .spawn(move || async move {
+                run_core(config, mesh, cpu, barriers, connections, metrics).await
+            })
             .map_err(|e| ServeError::Executor {
                 core: index,
                 reason: e.to_string(),
@@ -156,6 +167,26 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         info!("broker stopped cleanly");
     }
     result
+}
+
+/// Binds the metrics address now, so a bad or busy one fails the start with a clear error.
+/// Without SO_REUSEPORT: a second process (or the broker's own port) on the same address is
+/// refused instead of silently sharing it.
+fn bind_metrics(config: &BrokerConfig) -> Result<Option<std::net::TcpListener>, ServeError> {
+    let Some(addr) = config.metrics_listen else {
+        return Ok(None);
+    };
+    if let Some(port) = config.broker_port_at(addr) {
+        return Err(ServeError::Config(format!(
+            "--metrics-listen {addr} is also a broker port ({port}); choose another port"
+        )));
+    }
+    let listener = std::net::TcpListener::bind(addr).map_err(|source| ServeError::Listen {
+        addr: format!("{addr} (metrics)"),
+        source,
+    })?;
+    info!(addr = %listener.local_addr().unwrap_or(addr), "metrics listening");
+    Ok(Some(listener))
 }
 
 fn lock_data_dir(config: &BrokerConfig) -> Result<nix::fcntl::Flock<File>, ServeError> {
@@ -204,9 +235,11 @@ async fn run_core(
     cpu: Option<usize>,
     barriers: Barriers,
     connections: Arc<AtomicUsize>,
+    metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
     let passed = Passed::default();
-    let result = run_core_phases(&config, mesh, cpu, &barriers, &passed, connections).await;
+    let result =
+        run_core_phases(&config, mesh, cpu, &barriers, &passed, connections, metrics).await;
     if result.is_err() {
         barriers.stop.store(true, Ordering::Release);
         if !passed.ready.get() {
@@ -226,6 +259,7 @@ async fn run_core_phases(
     barriers: &Barriers,
     passed: &Passed,
     connections: Arc<AtomicUsize>,
+    metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
     tracing::debug!(cpu = ?cpu, "executor started; joining the mesh");
     // glommio's mesh join has been seen to hang (both executors parked, a cross-thread
@@ -267,14 +301,19 @@ async fn run_core_phases(
             while let Some(envelope) = receiver.recv().await {
                 match envelope {
                     Envelope::Call { from, id, call } => {
+                        metrics::Metrics::inc(&shard.metrics.mesh_calls_received);
                         let shard = Rc::clone(&shard);
                         glommio::spawn_local(async move {
                             let answer = shard.handle(call).await;
                             shard.mesh.answer(from, id, answer).await;
+                            metrics::Metrics::inc(&shard.metrics.mesh_answers_sent);
                         })
                         .detach();
                     }
-                    Envelope::Answer { id, answer } => shard.mesh.deliver(id, answer),
+                    Envelope::Answer { id, answer } => {
+                        metrics::Metrics::inc(&shard.metrics.mesh_answers_received);
+                        shard.mesh.deliver(id, answer)
+                    }
                 }
             }
         })
@@ -291,7 +330,7 @@ async fn run_core_phases(
     // partition that is still being opened.
     barriers.all_ready().await;
 
-    let served = serve_core(&shard, config, cpu, barriers, connections).await;
+    let served = serve_core(&shard, config, cpu, barriers, connections, metrics).await;
     if let Err(error) = &served {
         error!(core, %error, "core cannot serve; stopping the broker");
         barriers.stop.store(true, Ordering::Release);
@@ -320,10 +359,17 @@ async fn serve_core(
     cpu: Option<usize>,
     barriers: &Barriers,
     connections: Arc<AtomicUsize>,
+    metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
     let core = shard.core;
     if barriers.stopping() {
         return Ok(());
+    }
+    if let Some(listener) = metrics {
+        use std::os::fd::{FromRawFd, IntoRawFd};
+        // SAFETY: the descriptor is a bound, listening TCP socket that nothing else owns.
+        let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
+        glommio::spawn_local(scrape::serve_metrics(Rc::clone(shard), listener)).detach();
     }
     let mut listeners = vec![bind(config.listen)?];
     if let Some(port) = config.shard_port(core) {
@@ -413,11 +459,13 @@ async fn accept_loop(
             continue;
         };
         metrics::Metrics::inc(&shard.metrics.connections_accepted);
+        metrics::Metrics::inc(&shard.metrics.connections_open);
         let shard = Rc::clone(&shard);
         let tasks = Rc::clone(&tasks);
         tasks.set(tasks.get() + 1);
         glommio::spawn_local(async move {
-            connection::serve(shard, stream, slot).await;
+            connection::serve(Rc::clone(&shard), stream, slot).await;
+            metrics::Metrics::dec(&shard.metrics.connections_open);
             tasks.set(tasks.get() - 1);
         })
         .detach();

@@ -23,9 +23,10 @@ use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
 
+use crate::metrics::requests::RequestKind;
 use crate::protocol::native::{
-    self, ErrorCode, FrameCheck, MetadataResponse, PartitionMetadata, Request, TopicMetadata,
-    encode_error,
+    self, ApiKey, ErrorCode, FrameCheck, MetadataResponse, PartitionMetadata, Request,
+    TopicMetadata, encode_error,
 };
 use crate::server::io::{read_exact, read_some, write_all};
 use crate::server::metrics::Metrics;
@@ -40,6 +41,9 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 const WRITE_BATCH_BYTES: usize = 64 * 1024;
 /// Largest fetch response a client may ask for.
 pub const FETCH_BYTES_MAX: u32 = 64 * 1024 * 1024;
+
+const PRODUCE: RequestKind = RequestKind::Native(ApiKey::Produce);
+const FETCH: RequestKind = RequestKind::Native(ApiKey::Fetch);
 
 /// What the writer must do to answer one request.
 enum Pending {
@@ -179,6 +183,12 @@ async fn reader_loop(
             }
             FrameCheck::TooLarge { body_bytes } => {
                 Metrics::inc(&shard.metrics.frames_too_large);
+                let unknown = RequestKind::NativeUnknown;
+                shard.metrics.request_counts.request(unknown);
+                shard
+                    .metrics
+                    .request_counts
+                    .error(unknown, ErrorCode::FrameTooLarge);
                 let correlation_id = skip_frame(stream, &mut buf, body_bytes).await?;
                 warn!(
                     body_bytes,
@@ -239,8 +249,10 @@ async fn skip_frame(
     Ok(correlation_id)
 }
 
-fn error_frame(shard: &Shard, correlation_id: u32, failure: &Failure) -> Vec<u8> {
-    Metrics::inc(&shard.metrics.request_errors);
+/// An error answer to the request `(kind, correlation id)`, counted.
+fn error_frame(shard: &Shard, tag: (RequestKind, u32), failure: &Failure) -> Vec<u8> {
+    let (kind, correlation_id) = tag;
+    shard.metrics.request_counts.error(kind, failure.code);
     let mut out = Vec::new();
     encode_error(
         &mut out,
@@ -254,11 +266,14 @@ fn error_frame(shard: &Shard, correlation_id: u32, failure: &Failure) -> Vec<u8>
 
 /// Decodes one request and starts it; returns what the writer must do to answer it.
 async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
-    Metrics::inc(&shard.metrics.requests);
     let limits = shard.config.log.limits;
     let (header, request) = match native::decode_request(body, &limits) {
         Ok(decoded) => decoded,
         Err((header, error)) => {
+            let kind = header
+                .and_then(|h| ApiKey::from_u16(h.api))
+                .map_or(RequestKind::NativeUnknown, RequestKind::Native);
+            shard.metrics.request_counts.request(kind);
             Metrics::inc(&shard.metrics.requests_malformed);
             if matches!(error, native::DecodeError::Batch(_)) {
                 Metrics::inc(&shard.metrics.bad_batches);
@@ -267,13 +282,17 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
             let correlation_id = header.map_or(0, |h| h.correlation_id);
             return Pending::Ready(error_frame(
                 shard,
-                correlation_id,
+                (kind, correlation_id),
                 &Failure::new(error.code(), error.to_string()),
             ));
         }
     };
     let correlation_id = header.correlation_id;
-    let fail = |failure: Failure| Pending::Ready(error_frame(shard, correlation_id, &failure));
+    let kind = RequestKind::Native(ApiKey::from_u16(header.api).expect("decoded: a known api"));
+    shard.metrics.request_counts.request(kind);
+    // Identifies the request to `later` and `error_frame`, which count its errors by kind.
+    let tag = (kind, correlation_id);
+    let fail = |failure: Failure| Pending::Ready(error_frame(shard, tag, &failure));
     match request {
         Request::Produce {
             topic,
@@ -357,7 +376,7 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
                     ));
                 }
             };
-            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+            later(shard, tag, async move |shard: Rc<Shard>| {
                 let owner = shard.owner(&topic, partition);
                 match shard
                     .route(
@@ -382,7 +401,7 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
         }
         Request::CreateTopic { name, settings } => {
             let name = name.to_vec();
-            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+            later(shard, tag, async move |shard: Rc<Shard>| {
                 shard
                     .create_topic(&name, &settings)
                     .await
@@ -391,7 +410,7 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
         }
         Request::DeleteTopic { name } => {
             let name = name.to_vec();
-            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+            later(shard, tag, async move |shard: Rc<Shard>| {
                 shard
                     .delete_topic(&name)
                     .await
@@ -400,7 +419,7 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
         }
         Request::Compact { topic, partition } => {
             let topic = topic.to_vec();
-            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+            later(shard, tag, async move |shard: Rc<Shard>| {
                 let outcome = shard.compact(&topic, partition).await?;
                 let mut out = Vec::new();
                 native::encode_compact_response(
@@ -421,7 +440,7 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
         }
         Request::Metadata { topics } => {
             let names: Vec<Vec<u8>> = topics.into_iter().map(<[u8]>::to_vec).collect();
-            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+            later(shard, tag, async move |shard: Rc<Shard>| {
                 let metadata = metadata(&shard, names).await;
                 let mut out = Vec::new();
                 native::encode_metadata_response(&mut out, correlation_id, &metadata);
@@ -435,7 +454,7 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
             offset,
         } => {
             let (group, topic) = (group.to_vec(), topic.to_vec());
-            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+            later(shard, tag, async move |shard: Rc<Shard>| {
                 shard
                     .commit_offset(&group, &topic, partition, offset)
                     .await
@@ -448,13 +467,8 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
             partition,
         } => {
             let (group, topic) = (group.to_vec(), topic.to_vec());
-            later(
-                shard,
-                correlation_id,
-                async move |shard: Rc<Shard>| match shard
-                    .fetch_offset(&group, &topic, partition)
-                    .await?
-                {
+            later(shard, tag, async move |shard: Rc<Shard>| {
+                match shard.fetch_offset(&group, &topic, partition).await? {
                     Some(offset) => {
                         let mut out = Vec::new();
                         native::encode_offset_response(&mut out, correlation_id, offset);
@@ -464,10 +478,10 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
                         ErrorCode::NoCommittedOffset,
                         "the group has no committed offset here",
                     )),
-                },
-            )
+                }
+            })
         }
-        Request::ListGroups => later(shard, correlation_id, async move |shard: Rc<Shard>| {
+        Request::ListGroups => later(shard, tag, async move |shard: Rc<Shard>| {
             let mut groups: Vec<String> = shard
                 .group_offsets(None)
                 .await?
@@ -481,7 +495,7 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
         }),
         Request::DescribeGroup { group } => {
             let group = group.to_vec();
-            later(shard, correlation_id, async move |shard: Rc<Shard>| {
+            later(shard, tag, async move |shard: Rc<Shard>| {
                 let group = crate::limits::validate_name(&group).map_err(|e| {
                     Failure::new(ErrorCode::InvalidName, format!("invalid group name: {e}"))
                 })?;
@@ -529,7 +543,7 @@ fn unknown_partition(topic: &str, partition: u32, partitions: u32) -> Failure {
 }
 
 /// Wraps a handler that runs when the writer reaches it.
-fn later<F>(shard: &Rc<Shard>, correlation_id: u32, handler: F) -> Pending
+fn later<F>(shard: &Rc<Shard>, tag: (RequestKind, u32), handler: F) -> Pending
 where
     F: AsyncFnOnce(Rc<Shard>) -> Result<Vec<u8>, Failure> + 'static,
 {
@@ -537,7 +551,7 @@ where
     Pending::Later(Box::pin(async move {
         match handler(Rc::clone(&shard)).await {
             Ok(frame) => frame,
-            Err(failure) => error_frame(&shard, correlation_id, &failure),
+            Err(failure) => error_frame(&shard, tag, &failure),
         }
     }))
 }
@@ -631,7 +645,11 @@ async fn writer_loop(
                         base_offset,
                         last.end_offset,
                     ),
-                    Err(error) => out.extend(error_frame(&shard, correlation_id, &error.into())),
+                    Err(error) => out.extend(error_frame(
+                        &shard,
+                        (PRODUCE, correlation_id),
+                        &error.into(),
+                    )),
                 }
             }
             Pending::Remote {
@@ -641,6 +659,7 @@ async fn writer_loop(
                 if !shard.mesh.is_answered(reply.id) {
                     flush(&stream, &mut out).await?;
                 }
+                let tag = (PRODUCE, correlation_id);
                 match shard.mesh.finish(reply.id).await {
                     Answer::Produced {
                         base_offset,
@@ -651,10 +670,8 @@ async fn writer_loop(
                         base_offset,
                         next_offset,
                     ),
-                    Answer::Failed(failure) => {
-                        out.extend(error_frame(&shard, correlation_id, &failure))
-                    }
-                    other => out.extend(error_frame(&shard, correlation_id, &other.unexpected())),
+                    Answer::Failed(failure) => out.extend(error_frame(&shard, tag, &failure)),
+                    other => out.extend(error_frame(&shard, tag, &other.unexpected())),
                 }
             }
             Pending::Fetch {
@@ -674,14 +691,13 @@ async fn writer_loop(
                     max_bytes,
                     max_wait_ms,
                 };
+                let tag = (FETCH, correlation_id);
                 match shard.route(owner, call).await {
                     Answer::Plan(plan) => {
                         send_fetch(&shard, &stream, &mut out, correlation_id, plan).await?
                     }
-                    Answer::Failed(failure) => {
-                        out.extend(error_frame(&shard, correlation_id, &failure))
-                    }
-                    other => out.extend(error_frame(&shard, correlation_id, &other.unexpected())),
+                    Answer::Failed(failure) => out.extend(error_frame(&shard, tag, &failure)),
+                    other => out.extend(error_frame(&shard, tag, &other.unexpected())),
                 }
             }
             Pending::Later(future) => {
@@ -732,7 +748,7 @@ async fn send_fetch(
                     ErrorCode::StorageError,
                     format!("cannot open {}: {error}", plan.wal_path.display()),
                 );
-                out.extend(error_frame(shard, correlation_id, &failure));
+                out.extend(error_frame(shard, (FETCH, correlation_id), &failure));
                 return Ok(());
             }
         }
@@ -751,10 +767,8 @@ async fn send_fetch(
     flush(stream, out).await?;
     if let Some(file) = file {
         send_range(stream, &file, plan.position, plan.length, plan.hot).await?;
-        shard
-            .metrics
-            .bytes_out
-            .set(shard.metrics.bytes_out.get() + plan.length);
+        Metrics::add(&shard.metrics.bytes_out, plan.length);
+        Metrics::add(&shard.metrics.records_out, plan.records);
     }
     Ok(())
 }

@@ -87,6 +87,8 @@ pub enum Call {
         topic: String,
         partition: u32,
     },
+    /// To every core: its metrics, for a scrape.
+    MetricsSnapshot,
 }
 
 /// Where a fetch's bytes are: a range of a segment file, with the batches' CRCs.
@@ -98,6 +100,8 @@ pub struct SendPlan {
     pub position: u64,
     pub length: u64,
     pub crcs: Vec<u32>,
+    /// Records in the range.
+    pub records: u64,
     /// Offset after the last batch in the range (the requested offset if it is empty).
     pub next_offset: u64,
     pub high_watermark: u64,
@@ -121,6 +125,7 @@ pub enum Answer {
     /// (group, topic, partition, committed offset).
     GroupOffsets(Vec<(String, String, u32, u64)>),
     Compacted(crate::storage::CompactionOutcome),
+    Metrics(Box<crate::metrics::snapshot::CoreSnapshot>),
     Done,
     Failed(Failure),
 }

@@ -345,6 +345,9 @@ impl Shard {
                     .map(|(g, t, p, c)| (g, t, p, c.offset))
                     .collect(),
             )),
+            Call::MetricsSnapshot => Ok(Answer::Metrics(Box::new(crate::server::scrape::collect(
+                self,
+            )))),
         };
         result.unwrap_or_else(Answer::Failed)
     }
@@ -404,6 +407,8 @@ impl Shard {
             let now = Instant::now();
             if !plan.is_empty() || now >= deadline || self.shutdown.is_requested() {
                 let active_base = log.segments().last().map_or(0, |s| s.0);
+                let records = plan.batches.iter().map(|b| u64::from(b.records)).sum();
+                log.count_read(records, plan.length);
                 return Ok(SendPlan {
                     wal_path: crate::storage::segment::wal_path(
                         log.dir(),
@@ -413,6 +418,7 @@ impl Shard {
                     position: plan.position,
                     length: plan.length,
                     crcs: plan.batches.iter().map(|b| b.crc).collect(),
+                    records,
                     next_offset: plan.next_offset().unwrap_or(offset),
                     high_watermark: plan.high_watermark,
                     log_start_offset: plan.log_start_offset,
@@ -706,6 +712,7 @@ pub async fn stage_all(
     metrics
         .batches_in
         .set(metrics.batches_in.get() + u64::from(batches.count));
+    Metrics::add(&metrics.records_in, staged.1.end_offset - staged.0);
     metrics.bytes_in.set(
         metrics.bytes_in.get() + batches.as_bytes().len() as u64 - 4 * u64::from(batches.count),
     );

@@ -50,6 +50,14 @@ use crate::storage::{FsyncPolicy, LogConfig, StorageError};
 pub struct LogStats {
     /// Batches staged.
     pub batches: u64,
+    /// Records of the batches staged.
+    pub records: u64,
+    /// Bytes of the batches staged.
+    pub bytes: u64,
+    /// Records handed to readers in read plans (see [`PartitionLog::count_read`]).
+    pub records_read: u64,
+    /// Bytes handed to readers in read plans.
+    pub bytes_read: u64,
     /// Writes of the pending buffer (one per group-commit round).
     pub writes: u64,
     /// fdatasync rounds (each covers both files).
@@ -127,6 +135,8 @@ pub(crate) struct State {
     /// WAL position `pending_position` on.
     pending: Vec<u8>,
     pending_position: u64,
+    /// Batches in `pending`: the size of the next group-commit round, for metrics.
+    pending_batches: u64,
     /// A batch did not fit the active segment: the I/O task rolls before anything else.
     roll_requested: bool,
     /// One entry per failed write: the offset everything from which was rolled back, and the
@@ -196,6 +206,7 @@ impl PartitionLog {
                 durable_offset: next_offset,
                 pending: Vec::with_capacity(PENDING_CAPACITY_MIN_BYTES),
                 pending_position,
+                pending_batches: 0,
                 roll_requested: false,
                 rollbacks: Vec::new(),
                 fenced: None,
@@ -400,7 +411,12 @@ impl PartitionLog {
                 epoch: rollbacks.len(),
             });
         }
-        self.bump(|s| s.batches += batches.len() as u64);
+        st.pending_batches += batches.len() as u64;
+        self.bump(|s| {
+            s.batches += batches.len() as u64;
+            s.records += records;
+            s.bytes += bytes as u64;
+        });
         Ok(ticket)
     }
 
@@ -490,7 +506,7 @@ impl PartitionLog {
 
     /// Hands the pending buffer to the kernel with one write.
     async fn write_pending(&self) -> Result<(), StorageError> {
-        let (buf, position, end_offset, wal) = {
+        let (buf, position, end_offset, wal, batches) = {
             let mut st = self.state.borrow_mut();
             st.check_writable()?;
             if st.pending.is_empty() {
@@ -498,12 +514,13 @@ impl PartitionLog {
             }
             let capacity = st.pending.len().max(PENDING_CAPACITY_MIN_BYTES);
             let buf = std::mem::replace(&mut st.pending, Vec::with_capacity(capacity));
+            let batches = std::mem::take(&mut st.pending_batches);
             let position = st.pending_position;
             st.pending_position += buf.len() as u64;
             let wal = st.active_writer().wal.clone();
             // Everything staged so far is in `buf`, so it ends at `next_offset`; batches staged
             // while the write is in flight start at the new `pending_position`.
-            (buf, position, st.next_offset, wal)
+            (buf, position, st.next_offset, wal, batches)
         };
         let len = buf.len();
         let result = wal.write_at(buf, position).await;
@@ -513,6 +530,7 @@ impl PartitionLog {
                 debug_assert!(end_offset >= st.written_offset);
                 st.written_offset = end_offset;
                 self.bump(|s| s.writes += 1);
+                crate::metrics::io::record_write_round(batches);
                 Ok(())
             }
             outcome => {
@@ -547,6 +565,7 @@ impl PartitionLog {
         active.next_offset = written;
         st.next_offset = written;
         st.pending.clear();
+        st.pending_batches = 0;
         st.pending_position = position;
         // Whatever asked for a roll re-checks against the smaller segment.
         st.roll_requested = false;
@@ -565,8 +584,10 @@ impl PartitionLog {
             let writer = st.active_writer();
             (st.written_offset, writer.wal.clone(), writer.idx.clone())
         };
+        let started = Instant::now();
         let (wal, idx) =
             futures_lite::future::zip(writer_wal.fdatasync(), writer_idx.fdatasync()).await;
+        crate::metrics::io::record_fsync(started.elapsed(), wal.is_ok() && idx.is_ok());
         let mut st = self.state.borrow_mut();
         if let Err(e) = wal.and(idx) {
             let reason = format!("fdatasync failed: {e}");
@@ -657,6 +678,14 @@ impl PartitionLog {
 
     pub fn stats(&self) -> LogStats {
         self.stats.get()
+    }
+
+    /// Counts what a reader was handed (a fetch's read plan), for per-partition metrics.
+    pub fn count_read(&self, records: u64, bytes: u64) {
+        self.bump(|s| {
+            s.records_read += records;
+            s.bytes_read += bytes;
+        });
     }
 
     fn bump(&self, f: impl FnOnce(&mut LogStats)) {

@@ -1,0 +1,84 @@
+//! Storage I/O metrics of the core the calling thread runs (one glommio executor per
+//! thread), kept in a thread-local so partition logs need no handle to the core's
+//! counters. A per-core total also keeps counting when a topic is deleted and its logs go,
+//! as Prometheus counters must.
+
+use std::time::Duration;
+
+use crate::metrics::histogram::{
+    FSYNC_BOUNDS_US, GROUP_COMMIT_BOUNDS, Histogram, HistogramSnapshot,
+};
+
+struct IoMetrics {
+    fsync_us: Histogram<{ FSYNC_BOUNDS_US.len() }>,
+    fsync_errors: std::cell::Cell<u64>,
+    group_commit_batches: Histogram<{ GROUP_COMMIT_BOUNDS.len() }>,
+}
+
+thread_local! {
+    static IO: IoMetrics = const {
+        IoMetrics {
+            fsync_us: Histogram::new(&FSYNC_BOUNDS_US),
+            fsync_errors: std::cell::Cell::new(0),
+            group_commit_batches: Histogram::new(&GROUP_COMMIT_BOUNDS),
+        }
+    };
+}
+
+/// Records one data fsync round (the `.wal` and `.idx` of a segment synced together).
+pub fn record_fsync(elapsed: Duration, ok: bool) {
+    IO.with(|io| {
+        io.fsync_us
+            .observe(u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX));
+        if !ok {
+            io.fsync_errors.set(io.fsync_errors.get() + 1);
+        }
+    });
+}
+
+/// Records one group-commit write round of `batches` batches.
+pub fn record_write_round(batches: u64) {
+    IO.with(|io| io.group_commit_batches.observe(batches));
+}
+
+/// This core's storage I/O metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct IoSnapshot {
+    /// Microseconds.
+    pub fsync_us: HistogramSnapshot,
+    pub fsync_errors: u64,
+    pub group_commit_batches: HistogramSnapshot,
+}
+
+pub fn snapshot() -> IoSnapshot {
+    IO.with(|io| IoSnapshot {
+        fsync_us: io.fsync_us.snapshot(),
+        fsync_errors: io.fsync_errors.get(),
+        group_commit_batches: io.group_commit_batches.snapshot(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_on_this_thread_only() {
+        std::thread::spawn(|| {
+            record_fsync(Duration::from_micros(70), true);
+            record_fsync(Duration::from_millis(3), false);
+            record_write_round(5);
+            let s = snapshot();
+            assert_eq!(s.fsync_us.count(), 2);
+            assert_eq!(s.fsync_us.sum, 3_070);
+            assert_eq!(s.fsync_errors, 1);
+            assert_eq!(s.group_commit_batches.count(), 1);
+            assert_eq!(s.group_commit_batches.sum, 5);
+        })
+        .join()
+        .unwrap();
+        std::thread::spawn(|| assert_eq!(snapshot().fsync_us.count(), 0))
+            .join()
+            .unwrap();
+    }
+}
