@@ -66,12 +66,17 @@ counters!(
     mesh_answers_received,
     /// Bytes of segments deleted by retention.
     retention_bytes_deleted,
-    /// Compaction runs finished (for compaction to count).
+    /// Compaction passes completed (names as compaction on main counts them).
     compactions,
-    /// Bytes of segments compaction read (before).
-    compaction_bytes_read,
-    /// Bytes of segments compaction wrote (after).
-    compaction_bytes_written,
+    /// Compaction passes that failed (the segments stay as they were).
+    compaction_failures,
+    /// Sizes of the segments compaction rewrote, before and after.
+    compaction_bytes_before,
+    compaction_bytes_after,
+    /// Batches compaction dropped because a newer batch had the same key.
+    compaction_batches_removed,
+    /// Fetches answered empty because their segment was replaced or deleted after planning.
+    fetches_replanned,
     /// Scrapes of `/metrics` answered.
     metrics_scrapes,
     /// Requests to the metrics port refused (malformed, too large, timed out).
