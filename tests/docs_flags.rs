@@ -1,6 +1,7 @@
-//! The documentation's flag tables match the flags the binary has: for every subcommand,
-//! each flag in `--help` is in its table with the same environment variable and default,
-//! and each flag in the table is in `--help`.
+//! The documentation's flag tables match the flags the binary has: for every subcommand
+//! (found in `--help`, so a new one needs a table too), each flag in its `--help` is in its
+//! table with the same environment variable and default, and each flag in the table is in
+//! `--help`.
 //!
 //! A table follows a marker line `<!-- flags: SUBCOMMAND -->` in docs/*.md; its rows are
 //! `| --flag | ENV | default | meaning |` (backquotes allowed, `—` for none). Flags every
@@ -10,19 +11,6 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 const DOCS: &[&str] = &["docs/OPERATIONS.md", "docs/CLI.md"];
-
-const SUBCOMMANDS: &[&[&str]] = &[
-    &["serve"],
-    &["produce"],
-    &["consume"],
-    &["topics", "list"],
-    &["topics", "create"],
-    &["topics", "describe"],
-    &["topics", "delete"],
-    &["groups", "list"],
-    &["groups", "describe"],
-    &["bench"],
-];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Flag {
@@ -43,6 +31,32 @@ fn help(args: &[&str]) -> String {
     let out = command.output().unwrap();
     assert!(out.status.success(), "pagurus {args:?} --help failed");
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// Every leaf subcommand, as argument paths (`["topics", "create"]`), from the `Commands:`
+/// sections of `--help`.
+fn subcommands(path: &[&str]) -> Vec<Vec<String>> {
+    let text = help(path);
+    let names: Vec<String> = text
+        .lines()
+        .skip_while(|l| l.trim() != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_string)
+        .collect();
+    if names.is_empty() {
+        return vec![path.iter().map(|s| s.to_string()).collect()];
+    }
+    names
+        .iter()
+        .flat_map(|name| {
+            let mut sub: Vec<&str> = path.to_vec();
+            sub.push(name);
+            subcommands(&sub)
+        })
+        .collect()
 }
 
 /// Long flags in clap's help text (short or long form), with their env var and default.
@@ -168,9 +182,12 @@ fn docs_flag_tables_match_help() {
     let global = help_flags(&help(&[]));
     assert!(global.contains_key("--log-level") && global.contains_key("--log-format"));
     let mut problems = compare("global", &global, &doc_table("global"));
-    for args in SUBCOMMANDS {
+    let all = subcommands(&[]);
+    assert!(all.len() >= 10, "subcommands found: {all:?}");
+    for args in &all {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let name = args.join(" ");
-        let mut flags = help_flags(&help(args));
+        let mut flags = help_flags(&help(&args));
         assert!(!flags.is_empty(), "no flags parsed for {name}");
         for (flag, spec) in &global {
             assert_eq!(flags.remove(flag).as_ref(), Some(spec), "{name}: {flag}");
