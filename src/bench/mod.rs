@@ -49,14 +49,16 @@ pub struct BenchArgs {
     /// Producers, each on its own connection.
     #[arg(long, default_value_t = 4)]
     pub producers: usize,
-    /// Consumers. With the glommio client each reads its partitions on one connection per
-    /// partition (to the owner core); with the blocking client, round robin on one.
+    /// Consumers (0: none). The blocking client runs each on a thread that reads its share
+    /// of the partitions round robin on one connection; the glommio client reads every
+    /// partition on a connection of its own (to the owner core), all on one more thread.
     #[arg(long, default_value_t = 1)]
     pub consumers: usize,
     /// Client library driving the load.
     #[arg(long, value_enum, default_value = "glommio")]
     pub client: ClientKind,
-    /// Executor threads the glommio client's producers and consumers are spread over.
+    /// Executor threads the glommio client's producers are spread over (its consumers run
+    /// on one more).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Topics, named `<topic-prefix>-<i>`.
@@ -369,13 +371,17 @@ fn run_glommio(
     consumers: Vec<Vec<ConsumerSpec>>,
     progress: &report::Progress,
 ) -> Result<Results, String> {
+    // Consumers get a thread of their own: on one thread with the producers, every fetch
+    // answer would delay acknowledgements (and the other way round), which a real
+    // deployment, with producers and consumers in different processes, does not see.
     let threads = shared.args.threads.max(1);
     let mut work: Vec<(Vec<ProducerSpec>, Vec<ConsumerSpec>)> = vec![Default::default(); threads];
     for (i, spec) in producers.into_iter().enumerate() {
         work[i % threads].0.push(spec);
     }
-    for (j, mine) in consumers.into_iter().enumerate() {
-        work[j % threads].1.extend(mine);
+    let consumers: Vec<ConsumerSpec> = consumers.into_iter().flatten().collect();
+    if !consumers.is_empty() {
+        work.push((Vec::new(), consumers));
     }
     let handles: Vec<_> = work
         .into_iter()
