@@ -16,6 +16,7 @@ use pagurus::client::consume::StartAt;
 use pagurus::client::glommio::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig};
 use pagurus::client::produce::{BatchLimits, ProduceFrame, key_partition};
 use pagurus::protocol::native::{OffsetSpec, Request, TopicSettings};
+use pagurus::protocol::record;
 
 /// Runs `f` on a fresh glommio executor thread.
 fn on_glommio<T, F, Fut>(f: F) -> T
@@ -377,4 +378,55 @@ fn requests_on_a_closed_connection_fail_cleanly() {
     broker.kill();
     tx.send(()).unwrap();
     assert_eq!(handle.join().unwrap(), (true, true));
+}
+
+#[test]
+fn a_producer_reports_a_lost_broker_and_reconnects() {
+    let (_dir, mut broker) = start(1);
+    create(&broker, "r", 1);
+    let addr = broker.addr;
+    let (to_test, from_executor) = std::sync::mpsc::channel::<()>();
+    let (to_executor, from_test) = std::sync::mpsc::channel::<()>();
+    let handle = std::thread::spawn(move || {
+        on_glommio(move || async move {
+            let wait_for_test = || async {
+                while from_test.try_recv().is_err() {
+                    glommio::timer::sleep(Duration::from_millis(10)).await;
+                }
+            };
+            let producer = Producer::connect(addr, ProducerConfig::default())
+                .await
+                .unwrap();
+            producer.send_to("r", 0, b"", b"before").await.unwrap();
+            assert_eq!(producer.flush().await.unwrap().records_acked, 1);
+            to_test.send(()).unwrap();
+            wait_for_test().await; // the broker is down
+            producer.send_to("r", 0, b"", b"lost").await.unwrap();
+            let lost = producer.flush().await.map_err(|e| e.to_string());
+            to_test.send(()).unwrap();
+            wait_for_test().await; // the broker is back
+            producer.send_to("r", 0, b"", b"after").await.unwrap();
+            let after = producer.flush().await.map(|s| s.records_acked);
+            (lost, after.map_err(|e| e.to_string()))
+        })
+    });
+    from_executor.recv().unwrap();
+    broker.kill();
+    to_executor.send(()).unwrap();
+    from_executor.recv().unwrap();
+    broker.restart();
+    to_executor.send(()).unwrap();
+    let (lost, after) = handle.join().unwrap();
+    assert!(lost.is_err(), "a batch with no broker to take it fails");
+    assert_eq!(after, Ok(2), "the producer connected again");
+    let fetched = broker
+        .client()
+        .fetch("r", 0, 0, 1 << 20, Duration::ZERO)
+        .unwrap();
+    let values: Vec<Vec<u8>> = fetched
+        .batches
+        .iter()
+        .map(|b| b[record::HEADER_LEN + 4..].to_vec())
+        .collect();
+    assert_eq!(values, vec![b"before".to_vec(), b"after".to_vec()]);
 }

@@ -263,6 +263,11 @@ impl Client {
         self.inner().peer
     }
 
+    /// Whether the connection failed or was closed; every request on it fails.
+    pub fn is_broken(&self) -> bool {
+        self.inner().state.borrow().broken.is_some()
+    }
+
     /// Requests sent (or queued to send) and not answered yet.
     pub fn in_flight(&self) -> usize {
         self.inner().state.borrow().session.in_flight()

@@ -18,7 +18,7 @@ use ::glommio::sync::Semaphore;
 
 use crate::client::ClientError;
 use crate::client::glommio::Client;
-use crate::client::produce::{Accumulator, BatchLimits, ProduceFrame};
+use crate::client::produce::{Accumulator, BatchLimits};
 use crate::client::routing::Routes;
 use crate::protocol::native::Request;
 use crate::storage::watch::Watch;
@@ -57,8 +57,7 @@ struct Connection {
 
 struct Inner {
     config: ProducerConfig,
-    bootstrap_addr: SocketAddr,
-    bootstrap: Client,
+    bootstrap: SocketAddr,
     routes: RefCell<Routes>,
     /// Topics metadata did not know: the first produce creates them with one partition.
     unknown_topics: RefCell<Vec<String>>,
@@ -97,15 +96,14 @@ impl Producer {
         let inner = Rc::new(Inner {
             accumulator: RefCell::new(Accumulator::new(config.batch)),
             config,
-            bootstrap_addr: bootstrap,
+            bootstrap,
             routes: RefCell::new(Routes::new(bootstrap, &metadata)),
             unknown_topics: RefCell::default(),
             connections: RefCell::new(vec![Connection {
                 addr: bootstrap,
-                client: client.clone(),
+                client,
                 slots: Rc::new(Semaphore::new(0)),
             }]),
-            bootstrap: client,
             dispatching: Semaphore::new(1),
             in_flight: Cell::new(0),
             settled: Watch::default(),
@@ -121,8 +119,8 @@ impl Producer {
     }
 
     /// Adds a record to `topic`, on the partition its key hashes to (any partition, for an
-    /// empty key). Fails with the first error of an earlier batch, if one failed since the
-    /// last report.
+    /// empty key). If an earlier batch failed since the last report, fails with that error
+    /// instead, without adding the record.
     pub async fn send(&self, topic: &str, key: &[u8], value: &[u8]) -> Result<(), ClientError> {
         let partitions = self.inner.partitions(topic).await?;
         let partition = self
@@ -203,8 +201,8 @@ impl Inner {
         if self.unknown_topics.borrow().iter().any(|t| t == topic) {
             return Ok(1);
         }
-        let metadata = self
-            .bootstrap
+        let (bootstrap, _) = self.connection(self.bootstrap).await?;
+        let metadata = bootstrap
             .call(&Request::Metadata {
                 topics: vec![topic.as_bytes()],
             })
@@ -236,7 +234,13 @@ impl Inner {
             let Some(mut frame) = self.accumulator.borrow_mut().pop_ready() else {
                 return Ok(());
             };
-            let (client, slots) = self.connection(&frame).await?;
+            let addr = if self.config.shard_aware {
+                let topic = std::str::from_utf8(frame.topic()).expect("topics are ASCII");
+                self.routes.borrow().address(topic, frame.partition())
+            } else {
+                self.bootstrap
+            };
+            let (client, slots) = self.connection(addr).await?;
             slots
                 .acquire(1)
                 .await
@@ -266,19 +270,19 @@ impl Inner {
         }
     }
 
-    /// The connection to the core that owns the frame's partition (opened on first use).
-    async fn connection(
-        &self,
-        frame: &ProduceFrame,
-    ) -> Result<(Client, Rc<Semaphore>), ClientError> {
-        let addr = if self.config.shard_aware {
-            let topic = std::str::from_utf8(frame.topic()).expect("topics are ASCII");
-            self.routes.borrow().address(topic, frame.partition())
-        } else {
-            self.bootstrap_addr
-        };
-        if let Some(c) = self.connections.borrow().iter().find(|c| c.addr == addr) {
-            return Ok((c.client.clone(), Rc::clone(&c.slots)));
+    /// The connection to `addr` and its in-flight slots, opened on first use and opened
+    /// again after it broke.
+    async fn connection(&self, addr: SocketAddr) -> Result<(Client, Rc<Semaphore>), ClientError> {
+        {
+            let mut connections = self.connections.borrow_mut();
+            if let Some(at) = connections.iter().position(|c| c.addr == addr) {
+                let c = &connections[at];
+                if !c.client.is_broken() {
+                    return Ok((c.client.clone(), Rc::clone(&c.slots)));
+                }
+                // Its batches in flight already failed (and were reported); connect again.
+                connections.swap_remove(at);
+            }
         }
         let client = Client::connect(addr).await?;
         let slots = Rc::new(Semaphore::new(self.config.in_flight as u64));
