@@ -7,35 +7,60 @@
 //! latency rather than as a silently lower send rate. The batch header's timestamp carries
 //! the intended time to the consumer (same machine, same clock).
 //!
+//! Producers and consumers run on the glommio client by default: `--threads` executor
+//! threads, each driving its share of the producers and consumers as tasks, every one on
+//! its own connection. `--client blocking` runs them on the blocking client instead, one
+//! thread each, for comparison.
+//!
 //! - [`report`]: percentiles, `.hgrm` files, the SVG chart, JSON.
 
+mod glommio;
 pub mod report;
 mod workers;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use hdrhistogram::Histogram;
 
+use crate::bench::workers::{ConsumerSpec, ProducerSpec, WorkerResult};
 use crate::client::blocking::Client;
+use crate::client::routing::Routes;
 use crate::protocol::native::TopicSettings;
-use crate::shard::routing::partition_owner;
+
+/// Which client the bench drives the broker with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientKind {
+    /// The glommio client: few threads, many connections each, requests pipelined.
+    Glommio,
+    /// The blocking client: one thread per producer and per consumer.
+    Blocking,
+}
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
     /// Broker address.
     #[arg(long, default_value = "127.0.0.1:9092")]
     pub broker: SocketAddr,
-    /// Producer connections (one thread each).
+    /// Producers, each on its own connection.
     #[arg(long, default_value_t = 4)]
     pub producers: usize,
-    /// Consumer connections (one thread each).
+    /// Consumers (0: none). The blocking client runs each on a thread that reads its share
+    /// of the partitions round robin on one connection; the glommio client reads every
+    /// partition on a connection of its own (to the owner core), all on one more thread.
     #[arg(long, default_value_t = 1)]
     pub consumers: usize,
+    /// Client library driving the load.
+    #[arg(long, value_enum, default_value = "glommio")]
+    pub client: ClientKind,
+    /// Executor threads the glommio client's producers are spread over (its consumers run
+    /// on one more).
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
     /// Topics, named `<topic-prefix>-<i>`.
     #[arg(long, default_value_t = 1)]
     pub topics: usize,
@@ -72,7 +97,8 @@ pub struct BenchArgs {
     /// Where consumers start: `latest` (what this run produces) or `earliest` (catch-up).
     #[arg(long, default_value = "latest")]
     pub from: String,
-    /// Connect each producer to the port of the core that owns its partition.
+    /// Connect each producer (and glommio consumer) to the port of the core that owns its
+    /// partition.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub shard_aware: bool,
     /// Print one JSON object instead of the text report.
@@ -96,8 +122,68 @@ pub struct Shared {
     pub measure_from: Instant,
     pub produced: AtomicU64,
     pub consumed: AtomicU64,
-    pub producers_done: AtomicBool,
+    /// Producers still running.
+    pub producers_running: AtomicUsize,
     pub stop: AtomicBool,
+}
+
+impl Shared {
+    pub fn producer_finished(&self) {
+        self.producers_running.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Whether a consumer can stop: every producer finished and everything produced was
+    /// consumed; or, in a consume-only run, the count or duration was reached, or nothing
+    /// new came for 2 s.
+    pub fn consumer_done(&self, idle_since: Instant) -> bool {
+        let args = &self.args;
+        let consumed = self.consumed.load(Ordering::Relaxed);
+        if args.producers == 0 {
+            args.count.is_some_and(|c| consumed >= c)
+                || args
+                    .duration
+                    .is_some_and(|d| self.start.elapsed().as_secs_f64() >= d)
+                || idle_since.elapsed() > Duration::from_secs(2)
+        } else {
+            self.producers_running.load(Ordering::Acquire) == 0
+                && consumed >= self.produced.load(Ordering::Relaxed)
+        }
+    }
+}
+
+/// How one producer paces its batches.
+pub struct BatchSchedule {
+    /// Messages it sends in all, with `--count`.
+    pub quota: Option<u64>,
+    /// When it stops, with `--duration`.
+    pub deadline: Option<Instant>,
+    /// Messages per batch.
+    pub per_batch: usize,
+    /// Time between intended send times, with `--rate`.
+    pub interval: Option<Duration>,
+}
+
+/// Producer `index`'s share of the count and rate.
+pub fn batch_schedule(args: &BenchArgs, index: usize) -> BatchSchedule {
+    let producers = args.producers as u64;
+    let rate = args.rate as f64 / producers as f64;
+    let per_batch = if rate > 0.0 && args.linger_ms > 0 {
+        // At a low rate a batch would take longer than the linger to fill: send what
+        // arrived within the linger instead.
+        ((rate * args.linger_ms as f64 / 1000.0).ceil() as usize).clamp(1, args.batch)
+    } else {
+        args.batch
+    };
+    BatchSchedule {
+        quota: args
+            .count
+            .map(|c| c / producers + u64::from((index as u64) < c % producers)),
+        deadline: args
+            .duration
+            .map(|d| Instant::now() + Duration::from_secs_f64(d)),
+        per_batch,
+        interval: (rate > 0.0).then(|| Duration::from_secs_f64(per_batch as f64 / rate)),
+    }
 }
 
 /// Latency histograms in nanoseconds, 1 ns .. 10 min, 3 significant digits.
@@ -152,8 +238,14 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         }
     }
     let metadata = admin.metadata(&[]).map_err(|e| e.to_string())?;
-    let cores = metadata.core_ports.len().max(1);
-    let core_ports = metadata.core_ports.clone();
+    let routes = Routes::new(args.broker, &metadata);
+    let route = |topic: &str, partition: u32| {
+        if args.shard_aware {
+            routes.address(topic, partition)
+        } else {
+            args.broker
+        }
+    };
 
     let used = used_partitions(&args);
     let mut consumer_starts = Vec::new();
@@ -166,7 +258,12 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         let offset = admin
             .list_offsets(topic, *partition, spec)
             .map_err(|e| e.to_string())?;
-        consumer_starts.push((topic.clone(), *partition, offset));
+        consumer_starts.push(ConsumerSpec {
+            addr: route(topic, *partition),
+            topic: topic.clone(),
+            partition: *partition,
+            offset,
+        });
     }
     drop(admin);
 
@@ -176,64 +273,40 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         start,
         produced: AtomicU64::new(0),
         consumed: AtomicU64::new(0),
-        producers_done: AtomicBool::new(args.producers == 0),
+        producers_running: AtomicUsize::new(args.producers),
         stop: AtomicBool::new(false),
         args: args.clone(),
     });
 
-    let mut producers = Vec::new();
-    for i in 0..args.producers {
-        let (topic, partition) = assignment(&args, i);
-        let addr = match core_ports.get(partition_owner(&topic, partition, cores)) {
-            Some(&port) if args.shard_aware && port != 0 => SocketAddr::new(args.broker.ip(), port),
-            _ => args.broker,
-        };
-        let shared = Arc::clone(&shared);
-        producers.push(std::thread::spawn(move || {
-            workers::produce(shared, i, addr, topic, partition)
-        }));
-    }
-    let mut consumers = Vec::new();
-    for j in 0..args.consumers {
-        let mine: Vec<(String, u32, u64)> = consumer_starts
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| k % args.consumers == j)
-            .map(|(_, s)| s.clone())
-            .collect();
-        if mine.is_empty() {
-            continue;
-        }
-        let shared = Arc::clone(&shared);
-        consumers.push(std::thread::spawn(move || workers::consume(shared, mine)));
-    }
+    let producer_specs: Vec<ProducerSpec> = (0..args.producers)
+        .map(|index| {
+            let (topic, partition) = assignment(&args, index);
+            ProducerSpec {
+                index,
+                addr: route(&topic, partition),
+                topic,
+                partition,
+            }
+        })
+        .collect();
+    // Consumer j reads every partition k with k % consumers == j.
+    let consumer_specs: Vec<Vec<ConsumerSpec>> = (0..args.consumers)
+        .map(|j| {
+            consumer_starts
+                .iter()
+                .enumerate()
+                .filter(|(k, _)| k % args.consumers == j)
+                .map(|(_, s)| s.clone())
+                .collect::<Vec<_>>()
+        })
+        .filter(|mine| !mine.is_empty())
+        .collect();
 
     let progress = report::Progress::new(&args);
-    let mut producer_results = Vec::new();
-    for handle in producers {
-        while !handle.is_finished() {
-            progress.tick(&shared);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        producer_results.push(
-            handle
-                .join()
-                .map_err(|_| "a producer panicked".to_string())??,
-        );
-    }
-    shared.producers_done.store(true, Ordering::Release);
-    let mut consumer_results = Vec::new();
-    for handle in consumers {
-        while !handle.is_finished() {
-            progress.tick(&shared);
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        consumer_results.push(
-            handle
-                .join()
-                .map_err(|_| "a consumer panicked".to_string())??,
-        );
-    }
+    let (producer_results, consumer_results) = match args.client {
+        ClientKind::Blocking => run_blocking(&shared, producer_specs, consumer_specs, &progress)?,
+        ClientKind::Glommio => run_glommio(&shared, producer_specs, consumer_specs, &progress)?,
+    };
     progress.finish();
     let report = report::Report::build(&args, &producer_results, &consumer_results);
     report.print(&args);
@@ -243,4 +316,90 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot write to {}: {e}", dir.display()))?;
     }
     Ok(())
+}
+
+pub type Results = (Vec<WorkerResult>, Vec<WorkerResult>);
+
+/// Waits for a thread, ticking the progress bar.
+fn join<T>(
+    handle: std::thread::JoinHandle<Result<T, String>>,
+    shared: &Shared,
+    progress: &report::Progress,
+) -> Result<T, String> {
+    while !handle.is_finished() {
+        progress.tick(shared);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    handle
+        .join()
+        .map_err(|_| "a bench thread panicked".to_string())?
+}
+
+fn run_blocking(
+    shared: &Arc<Shared>,
+    producers: Vec<ProducerSpec>,
+    consumers: Vec<Vec<ConsumerSpec>>,
+    progress: &report::Progress,
+) -> Result<Results, String> {
+    let producers: Vec<_> = producers
+        .into_iter()
+        .map(|spec| {
+            let shared = Arc::clone(shared);
+            std::thread::spawn(move || workers::produce(shared, spec))
+        })
+        .collect();
+    let consumers: Vec<_> = consumers
+        .into_iter()
+        .map(|mine| {
+            let shared = Arc::clone(shared);
+            std::thread::spawn(move || workers::consume(shared, mine))
+        })
+        .collect();
+    let mut results = (Vec::new(), Vec::new());
+    for handle in producers {
+        results.0.push(join(handle, shared, progress)?);
+    }
+    for handle in consumers {
+        results.1.push(join(handle, shared, progress)?);
+    }
+    Ok(results)
+}
+
+fn run_glommio(
+    shared: &Arc<Shared>,
+    producers: Vec<ProducerSpec>,
+    consumers: Vec<Vec<ConsumerSpec>>,
+    progress: &report::Progress,
+) -> Result<Results, String> {
+    // Consumers get a thread of their own: on one thread with the producers, every fetch
+    // answer would delay acknowledgements (and the other way round), which a real
+    // deployment, with producers and consumers in different processes, does not see.
+    let threads = shared.args.threads.max(1);
+    let mut work: Vec<(Vec<ProducerSpec>, Vec<ConsumerSpec>)> = vec![Default::default(); threads];
+    for (i, spec) in producers.into_iter().enumerate() {
+        work[i % threads].0.push(spec);
+    }
+    let consumers: Vec<ConsumerSpec> = consumers.into_iter().flatten().collect();
+    if !consumers.is_empty() {
+        work.push((Vec::new(), consumers));
+    }
+    let handles: Vec<_> = work
+        .into_iter()
+        .enumerate()
+        .map(|(t, (producers, consumers))| {
+            glommio::thread(
+                format!("bench-{t}"),
+                Arc::clone(shared),
+                producers,
+                consumers,
+            )
+        })
+        .collect();
+    let mut results = (Vec::new(), Vec::new());
+    for handle in handles {
+        let (produced, consumed) = join(handle, shared, progress)?;
+        results.0.extend(produced);
+        results.1.extend(consumed);
+    }
+    Ok(results)
 }

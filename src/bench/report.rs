@@ -155,6 +155,8 @@ impl Report {
                 "warmup": args.warmup,
                 "from": args.from,
                 "shard_aware": args.shard_aware,
+                "client": format!("{:?}", args.client).to_lowercase(),
+                "threads": args.threads,
             }),
         }
     }
@@ -164,11 +166,17 @@ impl Report {
             "produce": {
                 "msgs_per_s": self.produce.msgs_per_s(),
                 "mb_per_s": self.produce.mb_per_s(),
+                "messages": self.produce.messages,
+                "payload_bytes": self.produce.payload_bytes,
+                "seconds": self.produce.seconds,
                 "ack_latency_us": percentiles_us(&self.produce.latency_ns),
             },
             "consume": {
                 "msgs_per_s": self.consume.msgs_per_s(),
                 "mb_per_s": self.consume.mb_per_s(),
+                "messages": self.consume.messages,
+                "payload_bytes": self.consume.payload_bytes,
+                "seconds": self.consume.seconds,
             },
             "end_to_end_latency_us": percentiles_us(&self.consume.latency_ns),
             "config": self.config,

@@ -1,4 +1,6 @@
-//! Producer and consumer threads of the bench, each on its own connection.
+//! What every bench worker shares (results, the wall clock, the specs of producers and
+//! consumers), and the blocking client's workers (`--client blocking`): one thread per
+//! producer or consumer, each on its own connection.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -8,11 +10,29 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
 
-use crate::bench::{Shared, histogram};
+use crate::bench::{Shared, batch_schedule, histogram};
 use crate::client::blocking::Client;
+use crate::client::produce::ProduceFrame;
 use crate::limits::Limits;
-use crate::protocol::payload::push_record;
-use crate::protocol::record::{BatchHeader, encode_batch};
+use crate::protocol::record::BatchHeader;
+
+/// One producer: its number, where it connects, what it writes.
+#[derive(Debug, Clone)]
+pub struct ProducerSpec {
+    pub index: usize,
+    pub addr: SocketAddr,
+    pub topic: String,
+    pub partition: u32,
+}
+
+/// One partition a consumer reads, from `offset`, through `addr`.
+#[derive(Debug, Clone)]
+pub struct ConsumerSpec {
+    pub addr: SocketAddr,
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+}
 
 /// What one worker measured inside the measurement window.
 pub struct WorkerResult {
@@ -24,7 +44,7 @@ pub struct WorkerResult {
 }
 
 impl WorkerResult {
-    fn new() -> WorkerResult {
+    pub fn new() -> WorkerResult {
         WorkerResult {
             latency_ns: histogram(),
             messages: 0,
@@ -33,7 +53,7 @@ impl WorkerResult {
         }
     }
 
-    fn count(&mut self, at: Instant, messages: u64, payload_bytes: u64) {
+    pub fn count(&mut self, at: Instant, messages: u64, payload_bytes: u64) {
         self.messages += messages;
         self.payload_bytes += payload_bytes;
         self.window = Some(match self.window {
@@ -44,13 +64,13 @@ impl WorkerResult {
 }
 
 /// Maps `Instant`s to nanoseconds since the epoch, for batch timestamps.
-struct WallClock {
+pub struct WallClock {
     instant: Instant,
     unix_ns: u64,
 }
 
 impl WallClock {
-    fn now() -> WallClock {
+    pub fn now() -> WallClock {
         let unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
@@ -60,7 +80,7 @@ impl WallClock {
         }
     }
 
-    fn unix_ns(&self, at: Instant) -> u64 {
+    pub fn unix_ns(&self, at: Instant) -> u64 {
         match at.checked_duration_since(self.instant) {
             Some(after) => self.unix_ns + after.as_nanos() as u64,
             None => self.unix_ns - self.instant.duration_since(at).as_nanos() as u64,
@@ -74,31 +94,23 @@ struct InFlight {
     messages: u64,
 }
 
-pub fn produce(
-    shared: Arc<Shared>,
-    index: usize,
-    addr: SocketAddr,
-    topic: String,
-    partition: u32,
-) -> Result<WorkerResult, String> {
+pub fn produce(shared: Arc<Shared>, spec: ProducerSpec) -> Result<WorkerResult, String> {
+    let result = produce_inner(&shared, &spec);
+    shared.producer_finished();
+    result.map_err(|e| format!("producer {}: {e}", spec.index))
+}
+
+fn produce_inner(shared: &Shared, spec: &ProducerSpec) -> Result<WorkerResult, String> {
     let args = &shared.args;
-    let mut client = Client::connect(addr).map_err(|e| format!("producer {index}: {e}"))?;
-    let producers = args.producers as u64;
-    let quota = args
-        .count
-        .map(|c| c / producers + u64::from((index as u64) < c % producers));
-    let deadline = args
-        .duration
-        .map(|d| shared.start + Duration::from_secs_f64(d));
-    let rate = args.rate as f64 / producers as f64;
-    let per_batch = if rate > 0.0 && args.linger_ms > 0 {
-        // At a low rate a batch would take longer than the linger to fill: send what
-        // arrived within the linger instead.
-        ((rate * args.linger_ms as f64 / 1000.0).ceil() as usize).clamp(1, args.batch)
-    } else {
-        args.batch
-    };
-    let interval = (rate > 0.0).then(|| Duration::from_secs_f64(per_batch as f64 / rate));
+    let mut client = Client::connect(spec.addr).map_err(|e| e.to_string())?;
+    let schedule = batch_schedule(args, spec.index);
+    let (quota, deadline, per_batch, interval) = (
+        schedule.quota,
+        schedule.deadline,
+        schedule.per_batch,
+        schedule.interval,
+    );
+    let mut frame = ProduceFrame::new(&spec.topic, spec.partition, b"");
     let record = vec![0x5au8; args.size];
     let clock = WallClock::now();
     let mut result = WorkerResult::new();
@@ -127,14 +139,13 @@ pub fn produce(
                 std::thread::sleep(intended - now);
             }
             let messages = (per_batch as u64).min(remaining);
-            let mut payload = Vec::with_capacity(messages as usize * (args.size + 4));
+            frame.reset(&spec.topic, spec.partition, b"");
             for _ in 0..messages {
-                push_record(&mut payload, &record);
+                frame.push(&record);
             }
-            let batch = encode_batch(clock.unix_ns(intended), b"", &payload, messages as u32);
             let correlation_id = client
-                .send_produce(&topic, partition, &[batch])
-                .map_err(|e| format!("producer {index}: {e}"))?;
+                .send_frame(&mut frame, clock.unix_ns(intended))
+                .map_err(|e| e.to_string())?;
             in_flight.push_back(InFlight {
                 correlation_id,
                 intended,
@@ -150,7 +161,7 @@ pub fn produce(
         };
         client
             .expect(oldest.correlation_id)
-            .map_err(|e| format!("producer {index}: {e}"))?;
+            .map_err(|e| e.to_string())?;
         let now = Instant::now();
         if oldest.intended >= shared.measure_from {
             result
@@ -165,13 +176,11 @@ pub fn produce(
     Ok(result)
 }
 
-pub fn consume(
-    shared: Arc<Shared>,
-    partitions: Vec<(String, u32, u64)>,
-) -> Result<WorkerResult, String> {
+/// Reads `partitions` round robin on one connection to the broker's main address.
+pub fn consume(shared: Arc<Shared>, partitions: Vec<ConsumerSpec>) -> Result<WorkerResult, String> {
     let args = &shared.args;
     let mut client = Client::connect(args.broker).map_err(|e| format!("consumer: {e}"))?;
-    let mut offsets: Vec<u64> = partitions.iter().map(|p| p.2).collect();
+    let mut offsets: Vec<u64> = partitions.iter().map(|p| p.offset).collect();
     let wait = if partitions.len() == 1 {
         Duration::from_millis(100)
     } else {
@@ -186,7 +195,8 @@ pub fn consume(
     let mut idle_since = Instant::now();
     loop {
         let mut got = false;
-        for (k, (topic, partition, _)) in partitions.iter().enumerate() {
+        for (k, spec) in partitions.iter().enumerate() {
+            let (topic, partition) = (&spec.topic, &spec.partition);
             let fetched = client
                 .fetch(topic, *partition, offsets[k], 4 << 20, wait)
                 .map_err(|e| format!("consumer on {topic}/{partition}: {e}"))?;
@@ -217,18 +227,7 @@ pub fn consume(
         if got {
             idle_since = Instant::now();
         }
-        let consumed = shared.consumed.load(Ordering::Relaxed);
-        let done = if args.producers == 0 {
-            args.count.is_some_and(|c| consumed >= c)
-                || args
-                    .duration
-                    .is_some_and(|d| shared.start.elapsed().as_secs_f64() >= d)
-                || idle_since.elapsed() > Duration::from_secs(2)
-        } else {
-            shared.producers_done.load(Ordering::Acquire)
-                && consumed >= shared.produced.load(Ordering::Relaxed)
-        };
-        if done {
+        if shared.consumer_done(idle_since) {
             return Ok(result);
         }
         if idle_since.elapsed() > Duration::from_secs(30) {

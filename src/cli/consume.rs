@@ -2,17 +2,16 @@
 //! consumer group that resumes from, and commits, its offset.
 
 use std::io::Write;
-use std::str::FromStr;
 use std::time::Duration;
 
 use clap::Args;
 
 use crate::cli::{ANSWER_TIMEOUT, DEFAULT_BROKER, connect, describe};
 use crate::client::blocking::Client;
+use crate::client::consume::{Batch, StartAt};
 use crate::limits::Limits;
 use crate::protocol::native::OffsetSpec;
-use crate::protocol::payload;
-use crate::protocol::record::{self, BatchHeader};
+use crate::protocol::record::BatchHeader;
 
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
@@ -53,32 +52,6 @@ pub struct ConsumeArgs {
     pub max_bytes: u32,
 }
 
-/// Where a consumer starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StartAt {
-    Earliest,
-    Latest,
-    Offset(u64),
-    /// Milliseconds since the Unix epoch.
-    TimestampMs(u64),
-}
-
-impl FromStr for StartAt {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let bad = || format!("expected earliest, latest, an offset or @TIMESTAMP_MS, not {s:?}");
-        match s {
-            "earliest" => Ok(StartAt::Earliest),
-            "latest" => Ok(StartAt::Latest),
-            _ => match s.strip_prefix('@') {
-                Some(ms) => ms.parse().map(StartAt::TimestampMs).map_err(|_| bad()),
-                None => s.parse().map(StartAt::Offset).map_err(|_| bad()),
-            },
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Format {
     Raw,
@@ -101,16 +74,12 @@ pub fn run(args: ConsumeArgs) -> Result<(), String> {
     // would create it.
     let earliest = list_offset(&mut client, &args, OffsetSpec::Earliest)?;
     let start = match (args.from, committed) {
-        (Some(StartAt::Offset(offset)), _) => offset,
         (None, Some(offset)) => offset,
         (Some(StartAt::Earliest) | None, _) => earliest,
-        (Some(StartAt::Latest), _) => list_offset(&mut client, &args, OffsetSpec::Latest)?,
-        (Some(StartAt::TimestampMs(ms)), _) => {
-            let ns = ms
-                .checked_mul(1_000_000)
-                .ok_or_else(|| format!("timestamp @{ms} is too far in the future"))?;
-            list_offset(&mut client, &args, OffsetSpec::Timestamp(ns))?
-        }
+        (Some(at), _) => match at.spec().map_err(|e| describe(&e))? {
+            Err(offset) => offset,
+            Ok(spec) => list_offset(&mut client, &args, spec)?,
+        },
     };
     let mut consumer = Consumer {
         client,
@@ -217,27 +186,29 @@ impl<W: Write> Consumer<'_, W> {
         Ok(())
     }
 
-    /// Prints the records of a batch from `self.next` on, until `--count` is reached.
+    /// Prints the records of a batch from `self.next` on, until `--count` is reached. A
+    /// payload in another encoding (e.g. from a HermitMQ client) is one record.
     fn print_batch(&mut self, batch: &[u8], header: &BatchHeader) -> Result<(), Stop> {
-        let payload = record::payload_of(batch, header);
-        let key = record::key_of(batch, header);
-        let records: Option<Vec<&[u8]>> = payload::records(payload)
-            .collect::<Result<Vec<_>, _>>()
-            .ok()
-            .filter(|r| header.record_count > 0 && r.len() == header.record_count as usize);
-        // A payload in another encoding (e.g. from a HermitMQ client) is one record.
-        let records = records.unwrap_or_else(|| vec![payload]);
-        for (offset, value) in (header.offset..).zip(records) {
-            if offset < self.next {
+        let batch = Batch {
+            header: *header,
+            bytes: batch,
+        };
+        for record in batch.records() {
+            if record.offset < self.next {
                 continue;
             }
             if self.done() {
                 break;
             }
-            self.print(offset, header.timestamp_ns / 1_000_000, key, value)
-                .map_err(output_error)?;
+            self.print(
+                record.offset,
+                record.timestamp_ns / 1_000_000,
+                record.key,
+                record.value,
+            )
+            .map_err(output_error)?;
             self.printed += 1;
-            self.next = offset + 1;
+            self.next = record.offset + 1;
         }
         Ok(())
     }

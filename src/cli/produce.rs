@@ -1,5 +1,6 @@
-//! `pagurus produce`: records from stdin (one per line) or generated, packed into batches with
-//! [`push_record`] and sent with several produce requests in flight on one connection.
+//! `pagurus produce`: records from stdin (one per line) or generated, packed into batches by
+//! the client's [`Accumulator`] and sent with several produce requests in flight on one
+//! connection.
 
 use std::collections::VecDeque;
 use std::io::BufRead;
@@ -10,9 +11,7 @@ use clap::Args;
 
 use crate::cli::{ANSWER_TIMEOUT, DEFAULT_BROKER, connect, describe};
 use crate::client::blocking::Client;
-use crate::protocol::native;
-use crate::protocol::payload::push_record;
-use crate::protocol::record::encode_batch;
+use crate::client::produce::{Accumulator, BatchLimits};
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
@@ -57,12 +56,12 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
         topic: &args.topic,
         partition: args.partition,
         key: args.key.as_deref().unwrap_or("").as_bytes(),
-        batch_records: args.batch,
-        batch_bytes: args.batch_bytes,
+        accumulator: Accumulator::new(BatchLimits {
+            records_max: args.batch,
+            bytes_max: args.batch_bytes,
+            linger: Duration::from_millis(args.linger_ms),
+        }),
         in_flight: args.in_flight as usize,
-        payload: Vec::new(),
-        records: 0,
-        batch_started: None,
         pending: VecDeque::new(),
         acked_records: 0,
         acked_batches: 0,
@@ -70,7 +69,7 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
     };
     let result = match args.count {
         Some(count) => produce_generated(&mut producer, count, args.size),
-        None => produce_stdin(&mut producer, Duration::from_millis(args.linger_ms)),
+        None => produce_stdin(&mut producer),
     }
     .and_then(|()| producer.finish());
     if let Err(e) = result {
@@ -112,7 +111,7 @@ fn produce_generated(producer: &mut Producer<'_>, count: u64, size: usize) -> Re
 
 /// One record per line of stdin (without its `\n` or `\r\n`). A thread reads stdin so that
 /// a partial batch can be sent when its linger time is up even while no line arrives.
-fn produce_stdin(producer: &mut Producer<'_>, linger: Duration) -> Result<(), String> {
+fn produce_stdin(producer: &mut Producer<'_>) -> Result<(), String> {
     let (tx, rx) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(4096);
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
@@ -140,9 +139,9 @@ fn produce_stdin(producer: &mut Producer<'_>, linger: Duration) -> Result<(), St
         }
     });
     loop {
-        let line = match producer.batch_started {
-            Some(first) => {
-                match rx.recv_timeout((first + linger).saturating_duration_since(Instant::now())) {
+        let line = match producer.deadline() {
+            Some(deadline) => {
+                match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
                     Ok(line) => line,
                     Err(RecvTimeoutError::Timeout) => {
                         producer.flush()?;
@@ -170,20 +169,15 @@ fn produce_stdin(producer: &mut Producer<'_>, linger: Duration) -> Result<(), St
     }
 }
 
-/// Builds batches and keeps up to `in_flight` produce requests outstanding.
+/// Packs records into batches (the client's sans-IO [`Accumulator`]) and keeps up to
+/// `in_flight` produce requests outstanding.
 struct Producer<'a> {
     client: Client,
     topic: &'a str,
     partition: u32,
     key: &'a [u8],
-    batch_records: u32,
-    batch_bytes: usize,
+    accumulator: Accumulator,
     in_flight: usize,
-    /// Payload of the batch being built, and its record count.
-    payload: Vec<u8>,
-    records: u32,
-    /// When the first record of the batch being built arrived.
-    batch_started: Option<Instant>,
     /// Correlation id and record count of each request sent and not yet acknowledged.
     pending: VecDeque<(u32, u32)>,
     acked_records: u64,
@@ -193,39 +187,37 @@ struct Producer<'a> {
 }
 
 impl Producer<'_> {
-    /// Adds a record to the batch being built, sending it when it is full.
-    fn add(&mut self, record: &[u8]) -> Result<(), String> {
-        if self.records > 0 && self.payload.len() + 4 + record.len() > self.batch_bytes {
-            self.flush()?;
-        }
-        if self.records == 0 {
-            self.batch_started = Some(Instant::now());
-        }
-        push_record(&mut self.payload, record);
-        self.records += 1;
-        if self.records >= self.batch_records {
-            self.flush()?;
-        }
-        Ok(())
+    /// When the open batch must be sent, if there is one.
+    fn deadline(&self) -> Option<Instant> {
+        self.accumulator.next_deadline()
     }
 
-    /// Sends the batch being built, if it has records, once a slot in flight is free.
+    /// Adds a record to the open batch, sending it when it is full.
+    fn add(&mut self, record: &[u8]) -> Result<(), String> {
+        self.accumulator
+            .push(self.topic, self.partition, self.key, record, Instant::now());
+        self.send_ready()
+    }
+
+    /// Sends the open batch, if it has records.
     fn flush(&mut self) -> Result<(), String> {
-        self.batch_started = None;
-        if self.records == 0 {
-            return Ok(());
+        self.accumulator.close_all();
+        self.send_ready()
+    }
+
+    /// Sends closed batches, each once a slot in flight is free.
+    fn send_ready(&mut self) -> Result<(), String> {
+        while let Some(mut frame) = self.accumulator.pop_ready() {
+            while self.pending.len() >= self.in_flight {
+                self.acknowledge()?;
+            }
+            let correlation_id = self
+                .client
+                .send_frame(&mut frame, 0)
+                .map_err(|e| describe(&e))?;
+            self.pending.push_back((correlation_id, frame.records()));
+            self.accumulator.recycle(frame);
         }
-        while self.pending.len() >= self.in_flight {
-            self.acknowledge()?;
-        }
-        let batch = encode_batch(0, self.key, &self.payload, self.records);
-        let correlation_id = self
-            .client
-            .send_produce(self.topic, self.partition, std::slice::from_ref(&batch))
-            .map_err(|e| describe(&e))?;
-        self.pending.push_back((correlation_id, self.records));
-        self.payload.clear();
-        self.records = 0;
         Ok(())
     }
 
@@ -237,8 +229,7 @@ impl Producer<'_> {
         self.client
             .expect(correlation_id)
             .map_err(|e| describe(&e))?;
-        let (base, next) = native::decode_produce_response(self.client.body())
-            .map_err(|e| format!("protocol error: {e}"))?;
+        let (base, next) = self.client.reply().produced().map_err(|e| describe(&e))?;
         let last = next.saturating_sub(1);
         self.offsets = Some(match self.offsets {
             None => (base, last),

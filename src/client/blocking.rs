@@ -1,7 +1,9 @@
-//! A blocking native-protocol client over `std::net::TcpStream`.
+//! A blocking native-protocol client over `std::net::TcpStream`, driving the sans-IO
+//! [`Session`] (correlation ids, in-flight requests, response matching).
 //!
-//! Requests can be pipelined: [`Client::send`] writes a request and returns its correlation
-//! id; [`Client::receive`] reads the next response (the broker answers in request order).
+//! Requests can be pipelined: [`Client::send`] (or [`Client::send_frame`] for a
+//! [`ProduceFrame`] built in place) writes a request and returns its correlation id;
+//! [`Client::receive`] reads the next response, which answers the oldest request in flight.
 //! The convenience methods send one request and wait for its answer.
 
 use std::io::{Read, Write};
@@ -9,15 +11,17 @@ use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use crate::client::ClientError;
+use crate::client::consume::FetchedBatches;
+use crate::client::produce::ProduceFrame;
+use crate::client::session::{self, Reply, Session, check_broker_preface};
 use crate::limits::Limits;
 use crate::protocol::native::{
     self, ErrorCode, MetadataResponse, OffsetSpec, ProduceBatches, Request, ResponseHeader,
     TopicSettings,
 };
-use crate::protocol::record::{self, BatchHeader};
+use crate::protocol::record::BatchHeader;
 
-/// Largest response frame the client accepts.
-pub const RESPONSE_BYTES_MAX: usize = 256 * 1024 * 1024;
+pub use crate::client::session::RESPONSE_BYTES_MAX;
 
 /// Batches returned by a fetch, each checked against its CRC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,9 +51,11 @@ impl Fetched {
 
 pub struct Client {
     stream: TcpStream,
-    next_correlation_id: u32,
+    session: Session<()>,
     out: Vec<u8>,
-    body: Vec<u8>,
+    /// The last response frame received, length prefix included.
+    frame: Vec<u8>,
+    header: ResponseHeader,
 }
 
 impl Client {
@@ -59,21 +65,18 @@ impl Client {
         stream.set_nodelay(true)?;
         let mut client = Client {
             stream,
-            next_correlation_id: 1,
+            session: Session::default(),
             out: Vec::new(),
-            body: Vec::new(),
+            frame: Vec::new(),
+            header: ResponseHeader {
+                correlation_id: 0,
+                error: 0,
+            },
         };
         client.stream.write_all(&native::preface(native::VERSION))?;
         let mut preface = [0u8; native::PREFACE_LEN];
         client.stream.read_exact(&mut preface)?;
-        let version =
-            native::check_preface(&preface).map_err(|e| ClientError::Protocol(e.to_string()))?;
-        if version != native::VERSION {
-            return Err(ClientError::Protocol(format!(
-                "broker speaks version {version}, not {}",
-                native::VERSION
-            )));
-        }
+        check_broker_preface(&preface)?;
         Ok(client)
     }
 
@@ -81,41 +84,72 @@ impl Client {
         Ok(self.stream.set_read_timeout(timeout)?)
     }
 
-    /// The underlying socket, for tests that misbehave on purpose.
+    /// The underlying socket, for tests that misbehave on purpose. Frames written here
+    /// bypass the session: [`Client::receive`] hands their answers back unmatched while no
+    /// request of the session is in flight.
     pub fn stream(&mut self) -> &mut TcpStream {
         &mut self.stream
     }
 
     /// Sends a request without waiting; returns its correlation id.
     pub fn send(&mut self, request: &Request<'_>) -> Result<u32, ClientError> {
-        let correlation_id = self.next_correlation_id;
-        self.next_correlation_id = self.next_correlation_id.wrapping_add(1);
         self.out.clear();
-        native::encode_request(&mut self.out, correlation_id, request);
+        let correlation_id = self.session.request(&mut self.out, request, ());
         self.stream.write_all(&self.out)?;
         Ok(correlation_id)
     }
 
+    /// Sends a produce request built in place, timestamped `timestamp_ns` (0: the broker's
+    /// clock), without waiting; returns its correlation id.
+    pub fn send_frame(
+        &mut self,
+        frame: &mut ProduceFrame,
+        timestamp_ns: u64,
+    ) -> Result<u32, ClientError> {
+        let correlation_id = self.session.register(());
+        self.stream
+            .write_all(frame.finish(correlation_id, timestamp_ns))?;
+        Ok(correlation_id)
+    }
+
+    /// Requests sent and not answered yet.
+    pub fn in_flight(&self) -> usize {
+        self.session.in_flight()
+    }
+
     /// Reads the next response; returns its header, with the body in [`Client::body`].
     pub fn receive(&mut self) -> Result<ResponseHeader, ClientError> {
-        let mut len = [0u8; 4];
-        self.stream.read_exact(&mut len)?;
-        let len = u32::from_be_bytes(len) as usize;
-        if !(native::RESPONSE_HEADER_LEN..=RESPONSE_BYTES_MAX).contains(&len) {
-            return Err(ClientError::Protocol(format!(
-                "response frame of {len} bytes"
-            )));
-        }
-        self.body.resize(len, 0);
-        self.stream.read_exact(&mut self.body)?;
-        let (header, _) = native::decode_response(&self.body)
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        Ok(header)
+        self.frame.resize(native::FRAME_LEN_BYTES, 0);
+        self.stream.read_exact(&mut self.frame)?;
+        let len = match session::next_frame(&self.frame) {
+            Ok(None) => {
+                u32::from_be_bytes(self.frame[..4].try_into().expect("4")) as usize
+                    + native::FRAME_LEN_BYTES
+            }
+            Ok(Some(len)) => len,
+            Err(e) => return Err(e),
+        };
+        self.frame.resize(len, 0);
+        self.stream
+            .read_exact(&mut self.frame[native::FRAME_LEN_BYTES..])?;
+        self.header = if self.session.in_flight() == 0 {
+            native::decode_response(&self.frame[native::FRAME_LEN_BYTES..])
+                .map_err(session::protocol)?
+                .0
+        } else {
+            self.session.accept(&self.frame)?.1
+        };
+        Ok(self.header)
     }
 
     /// Body of the last response received (after its header).
     pub fn body(&self) -> &[u8] {
-        &self.body[native::RESPONSE_HEADER_LEN..]
+        &self.frame[native::FRAME_LEN_BYTES + native::RESPONSE_HEADER_LEN..]
+    }
+
+    /// The last response received.
+    pub fn reply(&self) -> Reply<&[u8]> {
+        Reply::new(self.header, &self.frame)
     }
 
     /// Sends a request and waits for its answer; a broker error becomes `Err`.
@@ -133,10 +167,7 @@ impl Client {
                 header.correlation_id
             )));
         }
-        if header.error != ErrorCode::None as u16 {
-            return Err(ClientError::from_response(header.error, self.body()));
-        }
-        Ok(())
+        self.reply().done()
     }
 
     /// Appends encoded batches; returns (base offset, next offset).
@@ -148,8 +179,7 @@ impl Client {
     ) -> Result<(u64, u64), ClientError> {
         let correlation_id = self.send_produce(topic, partition, batches)?;
         self.expect(correlation_id)?;
-        native::decode_produce_response(self.body())
-            .map_err(|e| ClientError::Protocol(e.to_string()))
+        self.reply().produced()
     }
 
     /// Sends a produce request without waiting for its answer.
@@ -176,7 +206,27 @@ impl Client {
         })
     }
 
-    /// Fetches batches from `offset`, waiting up to `max_wait` for data.
+    /// Fetches batches from `offset`, waiting up to `max_wait` for data; every batch is
+    /// checked against its CRC. The batches borrow the client's receive buffer.
+    pub fn fetch_batches(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max_bytes: u32,
+        max_wait: Duration,
+    ) -> Result<FetchedBatches<'_>, ClientError> {
+        self.call(&Request::Fetch {
+            topic: topic.as_bytes(),
+            partition,
+            offset,
+            max_bytes,
+            max_wait_ms: u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX),
+        })?;
+        FetchedBatches::decode(self.body())
+    }
+
+    /// [`Client::fetch_batches`], with the batches copied out.
     pub fn fetch(
         &mut self,
         topic: &str,
@@ -185,43 +235,11 @@ impl Client {
         max_bytes: u32,
         max_wait: Duration,
     ) -> Result<Fetched, ClientError> {
-        self.call(&Request::Fetch {
-            topic: topic.as_bytes(),
-            partition,
-            offset,
-            max_bytes,
-            max_wait_ms: u32::try_from(max_wait.as_millis()).unwrap_or(u32::MAX),
-        })?;
-        let response = native::decode_fetch_response(self.body())
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        let limits = Limits {
-            max_key_bytes: u64::MAX,
-            max_payload_bytes: u64::MAX,
-        };
-        let mut batches = Vec::with_capacity(response.crcs.len());
-        let mut rest = response.data;
-        for &crc in &response.crcs {
-            let header = record::check(rest, &limits)
-                .map_err(|e| ClientError::Protocol(format!("fetched batch: {e}")))?;
-            let (batch, tail) = rest.split_at(header.batch_len());
-            if record::batch_crc(batch) != crc {
-                return Err(ClientError::Crc {
-                    offset: header.offset,
-                });
-            }
-            batches.push(batch.to_vec());
-            rest = tail;
-        }
-        if !rest.is_empty() {
-            return Err(ClientError::Protocol(format!(
-                "{} bytes after the last fetched batch",
-                rest.len()
-            )));
-        }
+        let fetched = self.fetch_batches(topic, partition, offset, max_bytes, max_wait)?;
         Ok(Fetched {
-            high_watermark: response.high_watermark,
-            log_start_offset: response.log_start_offset,
-            batches,
+            high_watermark: fetched.high_watermark,
+            log_start_offset: fetched.log_start_offset,
+            batches: fetched.iter().map(|b| b.bytes.to_vec()).collect(),
         })
     }
 
@@ -236,8 +254,7 @@ impl Client {
             partition,
             spec,
         })?;
-        native::decode_offset_response(self.body())
-            .map_err(|e| ClientError::Protocol(e.to_string()))
+        self.reply().offset()
     }
 
     pub fn create_topic(&mut self, name: &str, settings: TopicSettings) -> Result<(), ClientError> {
@@ -273,8 +290,7 @@ impl Client {
         self.call(&Request::Metadata {
             topics: topics.iter().map(|t| t.as_bytes()).collect(),
         })?;
-        native::decode_metadata_response(self.body())
-            .map_err(|e| ClientError::Protocol(e.to_string()))
+        self.reply().metadata()
     }
 
     /// Stores `offset` as the next offset `group` will consume from `topic`/`partition`.
@@ -305,9 +321,7 @@ impl Client {
             topic: topic.as_bytes(),
             partition,
         }) {
-            Ok(()) => native::decode_offset_response(self.body())
-                .map(Some)
-                .map_err(|e| ClientError::Protocol(e.to_string())),
+            Ok(()) => self.reply().offset().map(Some),
             Err(e) if e.code() == Some(ErrorCode::NoCommittedOffset) => Ok(None),
             Err(e) => Err(e),
         }
@@ -315,8 +329,7 @@ impl Client {
 
     pub fn list_groups(&mut self) -> Result<Vec<String>, ClientError> {
         self.call(&Request::ListGroups)?;
-        native::decode_list_groups_response(self.body())
-            .map_err(|e| ClientError::Protocol(e.to_string()))
+        self.reply().groups()
     }
 
     /// Per partition: committed offset, log end offset, lag.
@@ -327,7 +340,6 @@ impl Client {
         self.call(&Request::DescribeGroup {
             group: group.as_bytes(),
         })?;
-        native::decode_describe_group_response(self.body())
-            .map_err(|e| ClientError::Protocol(e.to_string()))
+        self.reply().group()
     }
 }

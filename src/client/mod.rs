@@ -1,9 +1,29 @@
-//! Clients of the native protocol. The protocol logic is the sans-IO codec in
-//! [`crate::protocol::native`]; this module drives it over sockets.
+//! Clients of the native protocol.
 //!
-//! - [`blocking`]: a simple client over `std::net`, used by the CLI and the tests.
+//! The protocol logic is sans-IO, so any runtime can drive it: the codec in
+//! [`crate::protocol::native`], and on top of it
+//!
+//! - [`session`]: correlation ids, requests in flight, matching answers to requests;
+//! - [`produce`]: produce requests built in place, batching by record count, bytes and
+//!   linger time, CRC32C per batch, the key-hash partitioner;
+//! - [`consume`]: fetch answers checked batch by batch against their CRCs, the logical
+//!   records inside a batch, start points (earliest, latest, offset, timestamp);
+//! - [`routing`]: shard-aware routing, from metadata to the owner core's port.
+//!
+//! Two drivers run it over sockets:
+//!
+//! - [`blocking`]: over `std::net`, one thread per connection; the CLI and the tests.
+//! - [`glommio`]: async on a glommio executor, many requests in flight per connection from
+//!   any number of tasks, answers matched by correlation id; with a batching, shard-aware
+//!   [`glommio::Producer`] and a long-polling, CRC-checking [`glommio::Consumer`]. `pagurus
+//!   bench` drives it.
 
 pub mod blocking;
+pub mod consume;
+pub mod glommio;
+pub mod produce;
+pub mod routing;
+pub mod session;
 
 use crate::protocol::native::{ErrorCode, decode_error};
 
@@ -23,6 +43,9 @@ pub enum ClientError {
     },
     #[error("batch at offset {offset} failed its CRC check")]
     Crc { offset: u64 },
+    /// The caller asked for something that cannot be sent.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 impl ClientError {
