@@ -151,6 +151,9 @@ async fn producer(
             match append(shard, &topic, partition, &buf[..len]).await {
                 Ok(base_offset) => hermit::encode_ack(hermit::ACK_STORED, base_offset),
                 Err(failure) => {
+                    if failure.code == crate::protocol::native::ErrorCode::StorageFull {
+                        Metrics::inc(&shard.metrics.produce_storage_full);
+                    }
                     warn!(topic, partition, error = %failure.message, "HermitMQ append failed; 0xFF sent");
                     hermit::encode_ack(hermit::ACK_FAILED, 0)
                 }
@@ -176,10 +179,11 @@ async fn append(
                 "topic is being deleted",
             )
         })?;
-        let ticket = log
-            .stage(batch, None)
-            .await
-            .inspect_err(|_| Metrics::inc(&shard.metrics.bad_batches))?;
+        let ticket = log.stage(batch, None).await.inspect_err(|e| {
+            if matches!(e, crate::storage::StorageError::BadBatch(_)) {
+                Metrics::inc(&shard.metrics.bad_batches);
+            }
+        })?;
         Metrics::inc(&shard.metrics.batches_in);
         log.commit(ticket).await?;
         return Ok(ticket.base_offset);

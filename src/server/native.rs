@@ -241,6 +241,11 @@ async fn skip_frame(
 
 fn error_frame(shard: &Shard, correlation_id: u32, failure: &Failure) -> Vec<u8> {
     Metrics::inc(&shard.metrics.request_errors);
+    match failure.code {
+        ErrorCode::StorageFull => Metrics::inc(&shard.metrics.produce_storage_full),
+        ErrorCode::CorruptData => Metrics::inc(&shard.metrics.corrupt_reads_refused),
+        _ => {}
+    }
     let mut out = Vec::new();
     encode_error(
         &mut out,

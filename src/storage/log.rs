@@ -358,6 +358,10 @@ impl PartitionLog {
             *roll_requested = true;
             return Ok(None);
         }
+        if let Err(e) = active.index.reserve(batches.len()) {
+            warn!(dir = %self.dir.display(), error = %e, "index page unavailable; batch refused");
+            return Err(StorageError::WriteFailed { kind: e.kind() });
+        }
         let mut ticket = None;
         for (batch, checked) in batches {
             let base_offset = *next_offset;

@@ -119,7 +119,17 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
         sync_dir(dir)?;
     }
     let active_base = segments.last().expect("at least one segment").base_offset;
-    write_recovery_point(dir, active_base)?;
+    match write_recovery_point(dir, active_base) {
+        // The old recovery point stays, which is lower: the next start scans more, never
+        // less. Refusing to start on a full disk would stop reads too.
+        Err(StorageError::Io { path, source })
+            if source.kind() == std::io::ErrorKind::StorageFull =>
+        {
+            let _ = fs::remove_file(dir.join(format!("{RECOVERY_POINT}.tmp")));
+            warn!(path = %path.display(), error = %source, "recovery point not updated: no space");
+        }
+        other => other?,
+    }
     Ok(segments)
 }
 
@@ -229,16 +239,14 @@ fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovere
     };
     let outcome = {
         let wal_map = map(&wal_file, wal_len).map_err(|e| StorageError::io(&wal, e))?;
-        let idx_map = match &idx_file {
-            Some(f) => Some(map(f, idx_len).map_err(|e| StorageError::io(&idx, e))?),
+        let idx_bytes = match &idx_file {
+            Some(f) => Some(read_index_data(f, idx_len).map_err(|e| StorageError::io(&idx, e))?),
             None => None,
         };
         recovery::scan_segment(
             base,
             wal_map.as_deref().unwrap_or(&[]),
-            idx_file
-                .as_ref()
-                .map(|_| idx_map.as_ref().and_then(|m| m.as_deref()).unwrap_or(&[])),
+            idx_bytes.as_deref(),
             &config.limits,
         )
     };
@@ -266,8 +274,18 @@ fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovere
         for (slot, entry) in bytes.chunks_exact_mut(ENTRY_LEN).zip(&outcome.entries) {
             entry.encode(slot);
         }
-        file.set_len(0)
-            .and_then(|()| file.write_all_at(&bytes, 0))
+        // Usually the kept entries are already the file's first bytes (after kill -9 the
+        // index only has extra slots): then cutting it is enough, and needs no free space, so
+        // a broker can restart on a full disk.
+        let mut head = vec![0u8; bytes.len()];
+        let is_prefix =
+            idx_len >= idx_exact && file.read_exact_at(&mut head, 0).is_ok() && head == bytes;
+        let rewrite = if is_prefix {
+            file.set_len(idx_exact)
+        } else {
+            file.set_len(0).and_then(|()| file.write_all_at(&bytes, 0))
+        };
+        rewrite
             .and_then(|()| file.sync_data())
             .map_err(|e| StorageError::io(&idx, e))?;
         sync_dir(dir)?;
@@ -278,6 +296,34 @@ fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovere
         next_offset: outcome.next_offset,
         was_cut: outcome.cut.is_some() || outcome.entries_dropped > 0,
     })
+}
+
+/// The bytes of an index file up to the end of its last data extent. An active index is
+/// sparse up to its capacity (8 MiB by default); past the data it holds only holes, which
+/// read as empty slots, so they are not read. (Mapping them instead would, on tmpfs, allocate
+/// every page of the hole on a read fault, and die with SIGBUS on a full file system.)
+fn read_index_data(file: &File, len: u64) -> std::io::Result<Vec<u8>> {
+    use nix::unistd::{Whence, lseek};
+    let mut end = 0i64;
+    let mut at = 0i64;
+    loop {
+        let data = match lseek(file, at, Whence::SeekData) {
+            Ok(data) => data,
+            Err(nix::errno::Errno::ENXIO) => break, // no data at or after `at`
+            // No SEEK_DATA support: read it all.
+            Err(nix::errno::Errno::EINVAL) => {
+                end = i64::try_from(len).unwrap_or(i64::MAX);
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        end = lseek(file, data, Whence::SeekHole)?;
+        at = end;
+    }
+    let end = u64::try_from(end).unwrap_or(0).min(len);
+    let mut bytes = vec![0u8; usize::try_from(end).expect("index fits memory")];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(bytes)
 }
 
 fn map(file: &File, len: u64) -> std::io::Result<Option<Mmap>> {
