@@ -277,6 +277,7 @@ async fn consumer(
             }
             Wake::Data(Answer::Plan(plan)) => plan,
             Wake::Data(Answer::Failed(Failure {
+                code: crate::protocol::native::ErrorCode::OffsetOutOfRange,
                 range: Some((earliest, latest)),
                 ..
             })) => {

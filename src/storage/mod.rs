@@ -6,6 +6,7 @@
 //! - [`recovery`]: the sans-IO segment scanner that decides what survives a crash.
 //! - [`retention`]: deleting whole closed segments by size and age.
 //! - [`open`]: opening a partition directory: markers, scanning, repair, quarantine.
+//! - [`verify`]: checking bytes read from disk before they are served; corrupt batches.
 //! - [`watch`]: the wake-up signal group commit and long-polls wait on.
 //!
 //! The on-disk layout is documented in `docs/STORAGE.md`.
@@ -16,6 +17,7 @@ pub mod open;
 pub mod recovery;
 pub mod retention;
 pub mod segment;
+pub mod verify;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
@@ -149,8 +151,10 @@ pub enum StorageError {
     WriteFailed { kind: std::io::ErrorKind },
     #[error("partition fenced ({reason}); restart the broker to recover it")]
     Fenced { reason: String },
-    #[error("batch at offset {offset} fails its CRC")]
-    Corrupt { offset: u64 },
+    /// A stored batch disagrees with its index entry (CRC, header, or past the file's end).
+    /// It is not served; `offset..next_offset` are its offsets.
+    #[error("batch at offsets {offset}..{next_offset} is damaged on disk and is not served")]
+    Corrupt { offset: u64, next_offset: u64 },
     #[error("the partition is closed")]
     Closed,
     #[error("bad storage configuration: {reason}")]

@@ -36,6 +36,7 @@ use tracing::{error, info, warn};
 use crate::storage::index::ENTRY_LEN;
 use crate::storage::recovery::{self, ScanOutcome};
 use crate::storage::segment::{self, Segment, idx_path, wal_path};
+use crate::storage::verify::{self, Checks};
 use crate::storage::{LogConfig, StorageError};
 
 pub const CLEAN_MARKER: &str = "clean-shutdown";
@@ -53,7 +54,10 @@ struct Recovered {
 
 /// Opens every segment of the partition in `dir`, recovering as needed; the last returned
 /// segment is active. Creates the directory and a first segment when there is none.
-pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment>, StorageError> {
+pub async fn open_segments(
+    dir: &Path,
+    config: &LogConfig,
+) -> Result<(Vec<Segment>, Checks), StorageError> {
     create_dir_durable(dir)?;
     let marker = dir.join(CLEAN_MARKER);
     let clean = marker.exists();
@@ -67,6 +71,7 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
         read_recovery_point(dir)
     };
     let bases = list_segments(dir)?;
+    let mut checks = Checks::default();
 
     // First decide what survives, segment by segment, oldest first...
     let mut kept: Vec<(u64, Recovered)> = Vec::with_capacity(bases.len());
@@ -81,10 +86,18 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
             quarantine(dir, &bases[i..])?;
             break;
         }
-        let recovered = if base >= recovery_point || !looks_sealed(dir, base) {
+        let closed = i + 1 < bases.len();
+        let sealed = looks_sealed(dir, base, bases.get(i + 1).copied());
+        let recovered = if closed && sealed && base >= recovery_point {
+            // Written since the last open, but complete: damage is rot, not a torn tail.
+            // It is checked now and never cut (see `verify`).
+            check_closed(dir, base, &mut checks)?
+        } else if base >= recovery_point || !sealed {
             scan_and_repair(dir, base, config)?
         } else {
-            trusted(dir, base)?
+            let recovered = trusted(dir, base)?;
+            checks.trust(base, recovered.size_bytes);
+            recovered
         };
         glommio::yield_if_needed().await;
         let was_cut = recovered.was_cut;
@@ -130,7 +143,7 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
         }
         other => other?,
     }
-    Ok(segments)
+    Ok((segments, checks))
 }
 
 /// Base offsets of the segments in `dir`, sorted. Removes index files that have no WAL
@@ -165,7 +178,10 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
 /// the WAL ends exactly where the last entry does. This reads the index only, never the
 /// WAL: bit rot in the WAL of a trusted segment is caught by the CRC on every read (and by
 /// clients, which get each batch's CRC); rot in its index is caught here.
-fn looks_sealed(dir: &Path, base: u64) -> bool {
+///
+/// For a closed segment, `next_base` is the next segment's base offset, and the last entry
+/// must end exactly there: otherwise a damaged record count in the last entry would pass.
+fn looks_sealed(dir: &Path, base: u64, next_base: Option<u64>) -> bool {
     let (Ok(file), Ok(wal)) = (
         File::open(idx_path(dir, base)),
         fs::metadata(wal_path(dir, base)),
@@ -196,7 +212,44 @@ fn looks_sealed(dir: &Path, base: u64) -> bool {
         position = e.end_position();
         max_ts = e.max_timestamp_ns;
     }
-    position == wal.len()
+    position == wal.len() && next_base.is_none_or(|next| next == offset)
+}
+
+/// Opens a closed segment whose index chains, checking every batch against its entry. A
+/// batch that fails is marked corrupt, never cut: everything after it stays served.
+fn check_closed(dir: &Path, base: u64, checks: &mut Checks) -> Result<Recovered, StorageError> {
+    let recovered = trusted(dir, base)?;
+    let wal = wal_path(dir, base);
+    let idx = idx_path(dir, base);
+    let wal_file = File::open(&wal).map_err(|e| StorageError::io(&wal, e))?;
+    let idx_file = File::open(&idx).map_err(|e| StorageError::io(&idx, e))?;
+    let index =
+        crate::storage::index::Index::sealed(&idx_file).map_err(|e| StorageError::io(&idx, e))?;
+    let entries: Vec<_> = (0..index.len()).map(|i| index.get(i)).collect();
+    // `looks_sealed` checked that the file is exactly as long as the entries say.
+    let map = map(&wal_file, recovered.size_bytes).map_err(|e| StorageError::io(&wal, e))?;
+    let bad = verify::check_segment(map.as_deref().unwrap_or(&[]), &entries);
+    for (entry, mismatch) in &bad {
+        if let verify::Mismatch::Timestamp { .. } = mismatch {
+            // The bytes are intact; only a lookup by timestamp can be misled.
+            warn!(dir = %dir.display(), segment = base, offset = entry.offset, %mismatch, "index timestamp damaged; the batch is served");
+            continue;
+        }
+        checks.mark_corrupt(entry);
+        error!(
+            dir = %dir.display(),
+            segment = base,
+            offset = entry.offset,
+            next_offset = entry.next_offset(),
+            position = entry.position,
+            %mismatch,
+            "corrupt batch in a closed segment; kept on disk, not served"
+        );
+    }
+    if bad.is_empty() {
+        info!(dir = %dir.display(), base, batches = entries.len(), "closed segment checked clean");
+    }
+    Ok(recovered)
 }
 
 fn trusted(dir: &Path, base: u64) -> Result<Recovered, StorageError> {
