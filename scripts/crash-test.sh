@@ -18,6 +18,6 @@ for policy in $POLICIES; do
   echo "== fsync=$policy, $ROUNDS rounds"
   PAGURUS_CRASH_ROUNDS=$ROUNDS ${SEED:+PAGURUS_CRASH_SEED=$SEED} \
     cargo test --release --quiet --test crash "crash_rounds_fsync_$policy" -- --nocapture \
-    2>&1 | grep -E '^(crash test|round|crash summary)|panicked|lost$|differs' || status=1
+    2>&1 | grep -E -A2 '^(crash test|round|crash summary)|panicked|lost$|differs' || status=1
 done
 exit $status
