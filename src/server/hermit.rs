@@ -178,6 +178,9 @@ async fn producer(
                 Ok(base_offset) => hermit::encode_ack(hermit::ACK_STORED, base_offset),
                 Err(failure) => {
                     shard.metrics.request_counts.error(PRODUCE, failure.code);
+                    if failure.code == crate::protocol::native::ErrorCode::StorageFull {
+                        Metrics::inc(&shard.metrics.produce_storage_full);
+                    }
                     warn!(topic, partition, error = %failure.message, "HermitMQ append failed; 0xFF sent");
                     hermit::encode_ack(hermit::ACK_FAILED, 0)
                 }
@@ -203,10 +206,11 @@ async fn append(
                 "topic is being deleted",
             )
         })?;
-        let ticket = log
-            .stage(batch, None)
-            .await
-            .inspect_err(|_| Metrics::inc(&shard.metrics.bad_batches))?;
+        let ticket = log.stage(batch, None).await.inspect_err(|e| {
+            if matches!(e, crate::storage::StorageError::BadBatch(_)) {
+                Metrics::inc(&shard.metrics.bad_batches);
+            }
+        })?;
         Metrics::inc(&shard.metrics.batches_in);
         Metrics::add(&shard.metrics.bytes_in, batch.len() as u64);
         Metrics::add(
@@ -308,6 +312,7 @@ async fn consumer(
             }
             Wake::Data(Answer::Plan(plan)) => plan,
             Wake::Data(Answer::Failed(Failure {
+                code: crate::protocol::native::ErrorCode::OffsetOutOfRange,
                 range: Some((earliest, latest)),
                 ..
             })) => {

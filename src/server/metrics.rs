@@ -81,6 +81,13 @@ counters!(
     metrics_scrapes,
     /// Requests to the metrics port refused (malformed, too large, timed out).
     metrics_bad_requests,
+    /// Produce requests (native or HermitMQ) refused because the disk is full.
+    produce_storage_full,
+    /// Stored batches found not to match their index entry (CRC, framing), at recovery or
+    /// when first read; each is counted once per process.
+    corrupt_batches_detected,
+    /// Fetches refused with `CorruptData` because they start at a damaged batch.
+    corrupt_reads_refused,
 );
 
 impl Metrics {

@@ -253,6 +253,11 @@ async fn skip_frame(
 fn error_frame(shard: &Shard, tag: (RequestKind, u32), failure: &Failure) -> Vec<u8> {
     let (kind, correlation_id) = tag;
     shard.metrics.request_counts.error(kind, failure.code);
+    match failure.code {
+        ErrorCode::StorageFull => Metrics::inc(&shard.metrics.produce_storage_full),
+        ErrorCode::CorruptData => Metrics::inc(&shard.metrics.corrupt_reads_refused),
+        _ => {}
+    }
     let mut out = Vec::new();
     encode_error(
         &mut out,

@@ -68,7 +68,17 @@ impl From<StorageError> for Failure {
                 };
             }
             StorageError::Fenced { .. } => ErrorCode::Fenced,
-            StorageError::Corrupt { .. } => ErrorCode::CorruptData,
+            StorageError::Corrupt {
+                offset,
+                next_offset,
+            } => {
+                // The damaged batch's offsets, so a consumer knows what it would skip.
+                return Failure {
+                    code: ErrorCode::CorruptData,
+                    message: e.to_string(),
+                    range: Some((*offset, *next_offset)),
+                };
+            }
             StorageError::Closed => ErrorCode::ShuttingDown,
             StorageError::Config { .. } => ErrorCode::InvalidConfig,
             _ if kind_of(&e) == Some(std::io::ErrorKind::StorageFull) => ErrorCode::StorageFull,
@@ -246,7 +256,12 @@ impl Shard {
                 continue;
             }
             let dir = topics::partition_dir(&self.config.data_dir, &meta.name, partition);
-            logs[partition as usize] = Some(PartitionLog::open(&dir, log_config.clone()).await?);
+            let log = PartitionLog::open(&dir, log_config.clone()).await?;
+            Metrics::add(
+                &self.metrics.corrupt_batches_detected,
+                log.corrupt_batches(),
+            );
+            logs[partition as usize] = Some(log);
         }
         self.partitions.borrow_mut().insert(meta.name.clone(), logs);
         Ok(())
@@ -403,9 +418,18 @@ impl Shard {
         let wait = Duration::from_millis(max_wait_ms.into()).min(self.config.fetch_wait_max);
         let deadline = Instant::now() + wait;
         loop {
-            let plan = log.read_plan(offset, u64::from(max_bytes.max(1)))?;
+            let plan = log
+                .read_plan(offset, u64::from(max_bytes.max(1)))
+                .inspect_err(|e| self.note_corrupt(&log, e))?;
             let now = Instant::now();
             if !plan.is_empty() || now >= deadline || self.shutdown.is_requested() {
+                let (plan, read) = if plan.is_empty() {
+                    (plan, false)
+                } else {
+                    let (checked, found) = log.check_plan(plan).await;
+                    Metrics::add(&self.metrics.corrupt_batches_detected, found);
+                    checked.inspect_err(|e| self.note_corrupt(&log, e))?
+                };
                 let active_base = log.segments().last().map_or(0, |s| s.0);
                 let records = plan.batches.iter().map(|b| u64::from(b.records)).sum();
                 log.count_read(records, plan.length);
@@ -422,7 +446,8 @@ impl Shard {
                     next_offset: plan.next_offset().unwrap_or(offset),
                     high_watermark: plan.high_watermark,
                     log_start_offset: plan.log_start_offset,
-                    hot: plan.segment_base_offset == active_base,
+                    // Just read for the check, or in the active segment: in the page cache.
+                    hot: read || plan.segment_base_offset == active_base,
                 });
             }
             // Wake on new data, at the deadline, or at shutdown, whichever comes first.
@@ -430,6 +455,16 @@ impl Shard {
             let timer = glommio::timer::sleep(deadline - now);
             let stop = self.shutdown.wait();
             changed.or(timer).or(stop).await;
+        }
+    }
+
+    fn note_corrupt(&self, log: &PartitionLog, error: &StorageError) {
+        if let StorageError::Corrupt {
+            offset,
+            next_offset,
+        } = error
+        {
+            warn!(dir = %log.dir().display(), offset, next_offset, "fetch refused: it starts at a corrupt batch");
         }
     }
 

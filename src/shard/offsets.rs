@@ -207,7 +207,20 @@ fn replay(log: &PartitionLog) -> Result<HashMap<Vec<u8>, Committed>, StorageErro
     let mut offset = log.log_start_offset();
     let limits = log.config().limits;
     while offset < log.high_watermark() {
-        let batches = log.read(offset, 1 << 20)?;
+        let batches = match log.read(offset, 1 << 20) {
+            Ok(batches) => batches,
+            Err(StorageError::Corrupt {
+                offset: bad,
+                next_offset,
+            }) => {
+                // One damaged commit must not take every group of the shard down: the key's
+                // previous commit (if any) stands.
+                tracing::error!(dir = %log.dir().display(), offset = bad, next_offset, "offsets record damaged on disk; skipped");
+                offset = next_offset.max(offset + 1);
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
         let Some(last) = batches.last() else { break };
         offset = last.entry.next_offset();
         for batch in batches {

@@ -593,6 +593,7 @@ impl PartitionLog {
                 "compaction keeps a segment's end offset"
             );
             st.segments[i] = replacement;
+            self.checks.borrow_mut().replaced(base);
         }
         self.sync_directory().await?;
         crash_point(Step::Installed);
@@ -698,7 +699,8 @@ impl PartitionLog {
         // Read back what was written and check it as a reader would: the new files must
         // serve exactly the kept batches.
         let check = open_reader(wal_cleaning).await?;
-        let back = read_exact(&check, wal_cleaning, 0, written).await;
+        let first = new_entries.first().expect("a segment keeps its last batch");
+        let back = read_exact(&check, wal_cleaning, first, 0, written).await;
         close(check).await;
         let back = back?;
         for entry in &new_entries {
@@ -789,7 +791,7 @@ impl<'a> Runs<'a> {
         }
         self.next = end;
         let run_len = self.entries[end - 1].end_position() - start;
-        let bytes = read_exact(self.file, &self.path, start, run_len).await?;
+        let bytes = read_exact(self.file, &self.path, &self.entries[first], start, run_len).await?;
         Ok(Some(Run {
             entries: self.entries[first..end].to_vec(),
             start,
@@ -814,24 +816,18 @@ fn check_batch(
     batch: &[u8],
     limits: &Limits,
 ) -> Result<BatchHeader, StorageError> {
-    let corrupt = StorageError::Corrupt {
+    let corrupt = || StorageError::Corrupt {
         offset: entry.offset,
+        next_offset: entry.next_offset(),
     };
-    let header = record::check(batch, limits).map_err(|_| corrupt_clone(&corrupt))?;
+    let header = record::check(batch, limits).map_err(|_| corrupt())?;
     if header.offset != entry.offset
         || header.batch_len() != batch.len()
         || record::batch_crc(batch) != entry.crc
     {
-        return Err(corrupt);
+        return Err(corrupt());
     }
     Ok(header)
-}
-
-fn corrupt_clone(e: &StorageError) -> StorageError {
-    match e {
-        StorageError::Corrupt { offset } => StorageError::Corrupt { offset: *offset },
-        _ => unreachable!("only used for Corrupt"),
-    }
 }
 
 async fn open_reader(path: &Path) -> Result<BufferedFile, StorageError> {
@@ -856,6 +852,7 @@ async fn close(file: BufferedFile) {
 async fn read_exact(
     file: &BufferedFile,
     path: &Path,
+    first: &IndexEntry,
     position: u64,
     len: u64,
 ) -> Result<glommio::io::ReadResult, StorageError> {
@@ -867,7 +864,10 @@ async fn read_exact(
     if bytes.len() != len_usize {
         // The index points past the end of the WAL: the segment is damaged.
         error!(path = %path.display(), position, len, got = bytes.len(), "segment shorter than its index");
-        return Err(StorageError::Corrupt { offset: 0 });
+        return Err(StorageError::Corrupt {
+            offset: first.offset,
+            next_offset: first.next_offset(),
+        });
     }
     Ok(bytes)
 }

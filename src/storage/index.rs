@@ -19,7 +19,7 @@
 
 use std::fs::File;
 
-use memmap2::{Mmap, MmapMut};
+use memmap2::{Advice, Mmap, MmapMut};
 
 /// Bytes per index entry.
 pub const ENTRY_LEN: usize = 32;
@@ -86,7 +86,13 @@ pub struct Index {
     map: Map,
     len: usize,
     capacity: usize,
+    /// Slots in pages already faulted in for writing (see [`Index::reserve`]).
+    reserved: usize,
 }
+
+/// Memory pages are at least this big on every platform pagurus runs on; reserving in steps
+/// of it keeps `madvise` calls to one per 128 entries.
+const RESERVE_STEP_BYTES: usize = 4096;
 
 impl Index {
     /// Maps `file` (already sized to `capacity * ENTRY_LEN` bytes) for appending, with the
@@ -102,7 +108,12 @@ impl Index {
             // writer; nothing else truncates it while it is mapped.
             Map::Writable(unsafe { MmapMut::map_mut(file)? })
         };
-        Ok(Index { map, len, capacity })
+        Ok(Index {
+            map,
+            len,
+            capacity,
+            reserved: 0,
+        })
     }
 
     /// Maps a sealed index read-only; every slot is a valid entry.
@@ -119,6 +130,7 @@ impl Index {
             map,
             len,
             capacity: len,
+            reserved: 0,
         })
     }
 
@@ -128,6 +140,7 @@ impl Index {
             map: Map::None,
             len: 0,
             capacity: 0,
+            reserved: 0,
         }
     }
 
@@ -164,7 +177,42 @@ impl Index {
         self.len.checked_sub(1).map(|i| self.get(i))
     }
 
-    /// Appends an entry. The caller checked `!is_full()`.
+    /// Makes sure the next `extra` slots can be written through the mapping. The active index
+    /// is sparse: the first write into a page of a hole makes the file system allocate it, and
+    /// on a full file system that write would kill the process with SIGBUS. So the pages are
+    /// faulted in for writing here first (`MADV_POPULATE_WRITE`, Linux 5.14), which reports a
+    /// failed allocation as an error instead: `StorageFull`, and nothing is staged.
+    pub fn reserve(&mut self, extra: usize) -> std::io::Result<()> {
+        let needed = self.len + extra;
+        if needed <= self.reserved {
+            return Ok(());
+        }
+        let Map::Writable(map) = &self.map else {
+            return Ok(()); // `push` refuses a sealed index anyway
+        };
+        let start = (self.reserved * ENTRY_LEN) / RESERVE_STEP_BYTES * RESERVE_STEP_BYTES;
+        let end = (needed * ENTRY_LEN)
+            .next_multiple_of(RESERVE_STEP_BYTES)
+            .min(map.len());
+        match map.advise_range(Advice::PopulateWrite, start, end - start) {
+            Ok(()) => {}
+            // EFAULT: the fault would have raised SIGBUS, i.e. the page could not be
+            // allocated (ENOSPC, EDQUOT; EIO is possible but far rarer).
+            Err(e) if e.raw_os_error() == Some(nix::libc::EFAULT) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::StorageFull,
+                    "no space for the next index page",
+                ));
+            }
+            // EINVAL: a kernel older than 5.14; writes fault pages in as before.
+            Err(e) if e.raw_os_error() == Some(nix::libc::EINVAL) => {}
+            Err(e) => return Err(e),
+        }
+        self.reserved = (end / ENTRY_LEN).min(self.capacity);
+        Ok(())
+    }
+
+    /// Appends an entry. The caller checked `!is_full()` and reserved the slot.
     pub fn push(&mut self, entry: &IndexEntry) {
         assert!(entry.length > 0, "an entry's length is never 0");
         let at = self.len * ENTRY_LEN;
@@ -179,6 +227,7 @@ impl Index {
     /// Forgets entries from `len` on and zeroes their slots (after a failed write).
     pub fn truncate(&mut self, len: usize) {
         assert!(len <= self.len);
+        // Zeroing writes only into pages that held entries, which stay reserved.
         if let Map::Writable(m) = &mut self.map {
             m[len * ENTRY_LEN..self.len * ENTRY_LEN].fill(0);
         }

@@ -42,6 +42,7 @@ use crate::protocol::record;
 use crate::storage::index::IndexEntry;
 use crate::storage::open;
 use crate::storage::segment::Segment;
+use crate::storage::verify::{self, Checks};
 use crate::storage::watch::Watch;
 use crate::storage::{FsyncPolicy, LogConfig, StorageError};
 
@@ -160,6 +161,8 @@ pub struct PartitionLog {
     /// Wakes the I/O task; shared with it so the task need not hold the log.
     io_signal: Rc<IoSignal>,
     pub(super) compaction: crate::storage::compaction::CompactionState,
+    /// Bytes from disk not yet checked, and batches found damaged (see [`verify`]).
+    pub(super) checks: RefCell<Checks>,
 }
 
 #[derive(Default)]
@@ -188,7 +191,7 @@ impl PartitionLog {
     ) -> Result<Rc<PartitionLog>, StorageError> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        let segments = open::open_segments(&dir, &config).await?;
+        let (segments, checks) = open::open_segments(&dir, &config).await?;
         let directory = Directory::open(&dir)
             .await
             .map_err(|e| StorageError::io(&dir, e.into()))?;
@@ -218,6 +221,7 @@ impl PartitionLog {
             progress: Watch::default(),
             io_signal: Rc::new(IoSignal::default()),
             compaction: crate::storage::compaction::CompactionState::new(&dir_for_compaction),
+            checks: RefCell::new(checks),
         });
         log.start_io_task();
         Ok(log)
@@ -371,6 +375,10 @@ impl PartitionLog {
         if *roll_requested || self.needs_roll(active, bytes, batches.len()) {
             *roll_requested = true;
             return Ok(None);
+        }
+        if let Err(e) = active.index.reserve(batches.len()) {
+            warn!(dir = %self.dir.display(), error = %e, "index page unavailable; batch refused");
+            return Err(StorageError::WriteFailed { kind: e.kind() });
         }
         let mut ticket = None;
         for (batch, checked) in batches {
@@ -825,6 +833,19 @@ impl PartitionLog {
                 length += u64::from(entry.length);
                 batches.push(entry);
             }
+            // Never serve a batch known to be damaged: stop before it, or refuse a read that
+            // starts in it.
+            let span = batches[0].offset..batches.last().expect("one batch").next_offset();
+            if let Some(bad) = self.checks.borrow().first_corrupt_in(span) {
+                batches.retain(|b| b.next_offset() <= bad.start);
+                if batches.is_empty() {
+                    return Err(StorageError::Corrupt {
+                        offset: bad.start,
+                        next_offset: bad.end,
+                    });
+                }
+                length = batches.iter().map(|b| u64::from(b.length)).sum();
+            }
             return Ok(ReadPlan {
                 file: Rc::clone(segment.reader()),
                 file_id: segment.file_id,
@@ -846,6 +867,75 @@ impl PartitionLog {
             high_watermark,
             log_start_offset,
         })
+    }
+
+    /// Checks the plan's batches that came from disk unchecked (see [`verify`]) and returns
+    /// the plan cut before the first damaged one, or `Corrupt` if that is its first batch.
+    /// The flag says whether bytes were read (so they are in the page cache now); the count
+    /// is the damaged batches this call found (each is found once).
+    pub async fn check_plan(
+        &self,
+        plan: ReadPlan,
+    ) -> (Result<(ReadPlan, bool), StorageError>, u64) {
+        let found = Cell::new(0);
+        let checked = self.check_plan_counting(plan, &found).await;
+        (checked, found.get())
+    }
+
+    async fn check_plan_counting(
+        &self,
+        mut plan: ReadPlan,
+        found: &Cell<u64>,
+    ) -> Result<(ReadPlan, bool), StorageError> {
+        let base = plan.segment_base_offset;
+        let todo: Vec<IndexEntry> = {
+            let checks = self.checks.borrow();
+            let pending = checks.unchecked_batches(base, &plan.batches);
+            pending.into_iter().map(|i| plan.batches[i]).collect()
+        };
+        if todo.is_empty() {
+            return Ok((plan, false));
+        }
+        let verdicts = verify::check_on_blocking_thread(&plan.file, todo.clone())
+            .await
+            .map_err(|e| StorageError::io(&self.dir, e))?;
+        {
+            let mut checks = self.checks.borrow_mut();
+            for (entry, verdict) in todo.iter().zip(verdicts) {
+                checks.checked(base, u64::from(entry.position)..entry.end_position());
+                if let Err(mismatch) = verdict
+                    && checks.mark_corrupt(entry)
+                {
+                    found.set(found.get() + 1);
+                    tracing::error!(
+                        dir = %self.dir.display(),
+                        segment = base,
+                        offset = entry.offset,
+                        next_offset = entry.next_offset(),
+                        position = entry.position,
+                        %mismatch,
+                        "corrupt batch found on read; it is not served"
+                    );
+                }
+            }
+        }
+        let span = plan.batches[0].offset..plan.next_offset().expect("not empty");
+        if let Some(bad) = self.checks.borrow().first_corrupt_in(span) {
+            plan.batches.retain(|b| b.next_offset() <= bad.start);
+            if plan.batches.is_empty() {
+                return Err(StorageError::Corrupt {
+                    offset: bad.start,
+                    next_offset: bad.end,
+                });
+            }
+            plan.length = plan.batches.iter().map(|b| u64::from(b.length)).sum();
+        }
+        Ok((plan, true))
+    }
+
+    /// Batches found damaged so far (at recovery or on read), each counted once.
+    pub fn corrupt_batches(&self) -> u64 {
+        self.checks.borrow().corrupt().len() as u64
     }
 
     /// Reads batches from `offset` on into memory and checks each against its CRC. For tools,
@@ -879,7 +969,8 @@ impl PartitionLog {
     }
 }
 
-/// Reads a plan's bytes with `pread` and checks every batch against its CRC.
+/// Reads a plan's bytes with `pread` and checks every batch against its entry; stops before
+/// the first that fails (`Corrupt` if that is the first).
 pub fn read_planned(plan: &ReadPlan, dir: &Path) -> Result<Vec<StoredBatch>, StorageError> {
     let mut buf = vec![0u8; usize::try_from(plan.length).expect("plan fits memory")];
     plan.file
@@ -888,6 +979,7 @@ pub fn read_planned(plan: &ReadPlan, dir: &Path) -> Result<Vec<StoredBatch>, Sto
             // The index points past the end of the file: it is damaged.
             std::io::ErrorKind::UnexpectedEof => StorageError::Corrupt {
                 offset: plan.batches.first().map_or(0, |b| b.offset),
+                next_offset: plan.batches.first().map_or(0, IndexEntry::next_offset),
             },
             _ => StorageError::io(dir, e),
         })?;
@@ -896,9 +988,14 @@ pub fn read_planned(plan: &ReadPlan, dir: &Path) -> Result<Vec<StoredBatch>, Sto
     for entry in &plan.batches {
         let at = usize::try_from(u64::from(entry.position) - plan.position).expect("in plan");
         let bytes = buf.slice(at..at + entry.length as usize);
-        if record::batch_crc(&bytes) != entry.crc {
+        if verify::check_batch(&bytes, entry).is_err() {
+            // Serve what comes before; the read that starts at it gets the error.
+            if !batches.is_empty() {
+                break;
+            }
             return Err(StorageError::Corrupt {
                 offset: entry.offset,
+                next_offset: entry.next_offset(),
             });
         }
         batches.push(StoredBatch {

@@ -7,6 +7,7 @@
 //! - [`retention`]: deleting whole closed segments by size and age.
 //! - [`compaction`]: rewriting closed segments to the newest batch per key, crash-safely.
 //! - [`open`]: opening a partition directory: markers, scanning, repair, quarantine.
+//! - [`verify`]: checking bytes read from disk before they are served; corrupt batches.
 //! - [`watch`]: the wake-up signal group commit and long-polls wait on.
 //!
 //! The on-disk layout is documented in `docs/STORAGE.md`.
@@ -18,6 +19,7 @@ pub mod open;
 pub mod recovery;
 pub mod retention;
 pub mod segment;
+pub mod verify;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
@@ -152,8 +154,10 @@ pub enum StorageError {
     WriteFailed { kind: std::io::ErrorKind },
     #[error("partition fenced ({reason}); restart the broker to recover it")]
     Fenced { reason: String },
-    #[error("batch at offset {offset} fails its CRC")]
-    Corrupt { offset: u64 },
+    /// A stored batch disagrees with its index entry (CRC, header, or past the file's end).
+    /// It is not served; `offset..next_offset` are its offsets.
+    #[error("batch at offsets {offset}..{next_offset} is damaged on disk and is not served")]
+    Corrupt { offset: u64, next_offset: u64 },
     #[error("the partition is closed")]
     Closed,
     #[error("bad storage configuration: {reason}")]

@@ -36,6 +36,7 @@ use tracing::{error, info, warn};
 use crate::storage::index::ENTRY_LEN;
 use crate::storage::recovery::{self, ScanOutcome};
 use crate::storage::segment::{self, Segment, idx_path, wal_path};
+use crate::storage::verify::{self, Checks};
 use crate::storage::{LogConfig, StorageError};
 
 pub const CLEAN_MARKER: &str = "clean-shutdown";
@@ -53,7 +54,10 @@ struct Recovered {
 
 /// Opens every segment of the partition in `dir`, recovering as needed; the last returned
 /// segment is active. Creates the directory and a first segment when there is none.
-pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment>, StorageError> {
+pub async fn open_segments(
+    dir: &Path,
+    config: &LogConfig,
+) -> Result<(Vec<Segment>, Checks), StorageError> {
     create_dir_durable(dir)?;
     let marker = dir.join(CLEAN_MARKER);
     let clean = marker.exists();
@@ -68,6 +72,7 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
     };
     crate::storage::compaction::finish_interrupted(dir)?;
     let bases = list_segments(dir)?;
+    let mut checks = Checks::default();
 
     // First decide what survives, segment by segment, oldest first...
     let mut kept: Vec<(u64, Recovered)> = Vec::with_capacity(bases.len());
@@ -82,10 +87,18 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
             quarantine(dir, &bases[i..])?;
             break;
         }
-        let recovered = if base >= recovery_point || !looks_sealed(dir, base) {
+        let closed = i + 1 < bases.len();
+        let sealed = looks_sealed(dir, base, bases.get(i + 1).copied());
+        let recovered = if closed && sealed && base >= recovery_point {
+            // Written since the last open, but complete: damage is rot, not a torn tail.
+            // It is checked now and never cut (see `verify`).
+            check_closed(dir, base, &mut checks)?
+        } else if base >= recovery_point || !sealed {
             scan_and_repair(dir, base, config)?
         } else {
-            trusted(dir, base)?
+            let recovered = trusted(dir, base)?;
+            checks.trust(base, recovered.size_bytes);
+            recovered
         };
         glommio::yield_if_needed().await;
         let was_cut = recovered.was_cut;
@@ -120,8 +133,18 @@ pub async fn open_segments(dir: &Path, config: &LogConfig) -> Result<Vec<Segment
         sync_dir(dir)?;
     }
     let active_base = segments.last().expect("at least one segment").base_offset;
-    write_recovery_point(dir, active_base)?;
-    Ok(segments)
+    match write_recovery_point(dir, active_base) {
+        // The old recovery point stays, which is lower: the next start scans more, never
+        // less. Refusing to start on a full disk would stop reads too.
+        Err(StorageError::Io { path, source })
+            if source.kind() == std::io::ErrorKind::StorageFull =>
+        {
+            let _ = fs::remove_file(dir.join(format!("{RECOVERY_POINT}.tmp")));
+            warn!(path = %path.display(), error = %source, "recovery point not updated: no space");
+        }
+        other => other?,
+    }
+    Ok((segments, checks))
 }
 
 /// Base offsets of the segments in `dir`, sorted. Removes index files that have no WAL
@@ -157,7 +180,10 @@ fn list_segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
 /// the WAL ends exactly where the last entry does. This reads the index only, never the
 /// WAL: bit rot in the WAL of a trusted segment is caught by the CRC on every read (and by
 /// clients, which get each batch's CRC); rot in its index is caught here.
-fn looks_sealed(dir: &Path, base: u64) -> bool {
+///
+/// For a closed segment, `next_base` is the next segment's base offset, and the last entry
+/// must end exactly there: otherwise a damaged record count in the last entry would pass.
+fn looks_sealed(dir: &Path, base: u64, next_base: Option<u64>) -> bool {
     let (Ok(file), Ok(wal)) = (
         File::open(idx_path(dir, base)),
         fs::metadata(wal_path(dir, base)),
@@ -188,7 +214,44 @@ fn looks_sealed(dir: &Path, base: u64) -> bool {
         position = e.end_position();
         max_ts = e.max_timestamp_ns;
     }
-    position == wal.len()
+    position == wal.len() && next_base.is_none_or(|next| next == offset)
+}
+
+/// Opens a closed segment whose index chains, checking every batch against its entry. A
+/// batch that fails is marked corrupt, never cut: everything after it stays served.
+fn check_closed(dir: &Path, base: u64, checks: &mut Checks) -> Result<Recovered, StorageError> {
+    let recovered = trusted(dir, base)?;
+    let wal = wal_path(dir, base);
+    let idx = idx_path(dir, base);
+    let wal_file = File::open(&wal).map_err(|e| StorageError::io(&wal, e))?;
+    let idx_file = File::open(&idx).map_err(|e| StorageError::io(&idx, e))?;
+    let index =
+        crate::storage::index::Index::sealed(&idx_file).map_err(|e| StorageError::io(&idx, e))?;
+    let entries: Vec<_> = (0..index.len()).map(|i| index.get(i)).collect();
+    // `looks_sealed` checked that the file is exactly as long as the entries say.
+    let map = map(&wal_file, recovered.size_bytes).map_err(|e| StorageError::io(&wal, e))?;
+    let bad = verify::check_segment(map.as_deref().unwrap_or(&[]), &entries);
+    for (entry, mismatch) in &bad {
+        if let verify::Mismatch::Timestamp { .. } = mismatch {
+            // The bytes are intact; only a lookup by timestamp can be misled.
+            warn!(dir = %dir.display(), segment = base, offset = entry.offset, %mismatch, "index timestamp damaged; the batch is served");
+            continue;
+        }
+        checks.mark_corrupt(entry);
+        error!(
+            dir = %dir.display(),
+            segment = base,
+            offset = entry.offset,
+            next_offset = entry.next_offset(),
+            position = entry.position,
+            %mismatch,
+            "corrupt batch in a closed segment; kept on disk, not served"
+        );
+    }
+    if bad.is_empty() {
+        info!(dir = %dir.display(), base, batches = entries.len(), "closed segment checked clean");
+    }
+    Ok(recovered)
 }
 
 fn trusted(dir: &Path, base: u64) -> Result<Recovered, StorageError> {
@@ -231,16 +294,14 @@ fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovere
     };
     let outcome = {
         let wal_map = map(&wal_file, wal_len).map_err(|e| StorageError::io(&wal, e))?;
-        let idx_map = match &idx_file {
-            Some(f) => Some(map(f, idx_len).map_err(|e| StorageError::io(&idx, e))?),
+        let idx_bytes = match &idx_file {
+            Some(f) => Some(read_index_data(f, idx_len).map_err(|e| StorageError::io(&idx, e))?),
             None => None,
         };
         recovery::scan_segment(
             base,
             wal_map.as_deref().unwrap_or(&[]),
-            idx_file
-                .as_ref()
-                .map(|_| idx_map.as_ref().and_then(|m| m.as_deref()).unwrap_or(&[])),
+            idx_bytes.as_deref(),
             &config.limits,
         )
     };
@@ -268,8 +329,18 @@ fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovere
         for (slot, entry) in bytes.chunks_exact_mut(ENTRY_LEN).zip(&outcome.entries) {
             entry.encode(slot);
         }
-        file.set_len(0)
-            .and_then(|()| file.write_all_at(&bytes, 0))
+        // Usually the kept entries are already the file's first bytes (after kill -9 the
+        // index only has extra slots): then cutting it is enough, and needs no free space, so
+        // a broker can restart on a full disk.
+        let mut head = vec![0u8; bytes.len()];
+        let is_prefix =
+            idx_len >= idx_exact && file.read_exact_at(&mut head, 0).is_ok() && head == bytes;
+        let rewrite = if is_prefix {
+            file.set_len(idx_exact)
+        } else {
+            file.set_len(0).and_then(|()| file.write_all_at(&bytes, 0))
+        };
+        rewrite
             .and_then(|()| file.sync_data())
             .map_err(|e| StorageError::io(&idx, e))?;
         sync_dir(dir)?;
@@ -280,6 +351,34 @@ fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovere
         next_offset: outcome.next_offset,
         was_cut: outcome.cut.is_some() || outcome.entries_dropped > 0,
     })
+}
+
+/// The bytes of an index file up to the end of its last data extent. An active index is
+/// sparse up to its capacity (8 MiB by default); past the data it holds only holes, which
+/// read as empty slots, so they are not read. (Mapping them instead would, on tmpfs, allocate
+/// every page of the hole on a read fault, and die with SIGBUS on a full file system.)
+fn read_index_data(file: &File, len: u64) -> std::io::Result<Vec<u8>> {
+    use nix::unistd::{Whence, lseek};
+    let mut end = 0i64;
+    let mut at = 0i64;
+    loop {
+        let data = match lseek(file, at, Whence::SeekData) {
+            Ok(data) => data,
+            Err(nix::errno::Errno::ENXIO) => break, // no data at or after `at`
+            // No SEEK_DATA support: read it all.
+            Err(nix::errno::Errno::EINVAL) => {
+                end = i64::try_from(len).unwrap_or(i64::MAX);
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        end = lseek(file, data, Whence::SeekHole)?;
+        at = end;
+    }
+    let end = u64::try_from(end).unwrap_or(0).min(len);
+    let mut bytes = vec![0u8; usize::try_from(end).expect("index fits memory")];
+    file.read_exact_at(&mut bytes, 0)?;
+    Ok(bytes)
 }
 
 fn map(file: &File, len: u64) -> std::io::Result<Option<Mmap>> {
