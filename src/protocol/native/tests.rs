@@ -233,3 +233,32 @@ fn responses_round_trip() {
     let (_, body) = decode_response(frame_body(&out)).unwrap();
     assert_eq!(decode_describe_group_response(body).unwrap(), group);
 }
+
+#[test]
+fn a_metadata_topic_count_is_checked_against_the_bytes() {
+    // The count is a claim: names are read (and room for them made) only as far as the
+    // bytes go. The allocation bound itself is a property of the `native_request` fuzz
+    // target, which found the eager allocation.
+    let limits = Limits::default();
+    let mut body = Vec::new();
+    body.put_u16(ApiKey::Metadata as u16);
+    body.put_u16(VERSION);
+    body.put_u32(1);
+    body.put_u32(METADATA_TOPICS_MAX);
+    assert_eq!(
+        decode_request(&body, &limits).unwrap_err().1.code(),
+        ErrorCode::Malformed
+    );
+    let names: Vec<Vec<u8>> = (0..METADATA_TOPICS_MAX)
+        .map(|i| format!("t{i}").into_bytes())
+        .collect();
+    for name in &names {
+        body.put_string(name);
+    }
+    let (_, request) = decode_request(&body, &limits).unwrap();
+    let Request::Metadata { topics } = request else {
+        panic!("not a metadata request: {request:?}")
+    };
+    assert_eq!(topics.len(), names.len());
+    assert!(topics.iter().zip(&names).all(|(a, b)| a == b));
+}
