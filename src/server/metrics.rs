@@ -52,6 +52,12 @@ counters!(
     mesh_calls,
     /// Bytes of segments deleted by retention.
     retention_bytes_deleted,
+    /// Connections closed because a request did not arrive whole within the idle timeout
+    /// of its first bytes (a client dribbling bytes, slowloris-style).
+    requests_too_slow,
+    /// Connections closed because the client read nothing for the idle timeout while the
+    /// broker had bytes to send (its socket buffer stayed full).
+    writes_stalled,
 );
 
 impl Metrics {
