@@ -511,6 +511,7 @@ fn a_consumer_that_never_reads_is_cut_off() {
 
 /// The load `scripts/hostile.sh` runs against its own broker (`HOSTILE_BROKER=host:port`)
 /// for `HOSTILE_SECONDS` (default 30), with `HOSTILE_IDLE_CONNECTIONS` idle connections.
+/// Each kind of client runs in its own thread and reports what it did.
 #[test]
 #[ignore = "a load generator for scripts/hostile.sh"]
 fn hostile_load() {
@@ -522,57 +523,99 @@ fn hostile_load() {
     let idle: usize =
         std::env::var("HOSTILE_IDLE_CONNECTIONS").map_or(10_000, |s| s.parse().unwrap());
     let until = Instant::now() + Duration::from_secs(seconds);
-    let mut threads = Vec::new();
+    let running = move || Instant::now() < until;
+    // `HOSTILE_ONLY=idle,slowloris,topics,lazy,bad` runs some kinds only (to see which
+    // one costs the well-behaved client what).
+    let only = std::env::var("HOSTILE_ONLY").unwrap_or_default();
+    let runs = |kind: &str| only.is_empty() || only.split(',').any(|k| k == kind);
+    let (topics_on, lazy_on, bad_on) = (runs("topics"), runs("lazy"), runs("bad"));
+    let mut threads: Vec<std::thread::JoinHandle<String>> = Vec::new();
 
-    // Idle connections, held (and reopened when the broker closes them) until the end.
+    // Idle connections (half silent, half after the preface), held and reopened when the
+    // broker closes them.
+    let idle = if runs("idle") { idle } else { 0 };
     threads.push(std::thread::spawn(move || {
         let mut held: Vec<TcpStream> = Vec::with_capacity(idle);
-        while Instant::now() < until {
+        let (mut opened, mut failed) = (0u64, 0u64);
+        while running() {
             held.retain(|s| !is_closed(s));
-            while held.len() < idle && Instant::now() < until {
+            while held.len() < idle && running() {
                 match TcpStream::connect(addr) {
                     Ok(mut s) => {
-                        if held.len() % 2 == 1 {
+                        if opened % 2 == 1 {
                             let _ = s.write_all(&native::preface(native::VERSION));
                         }
+                        opened += 1;
                         held.push(s);
                     }
-                    Err(_) => break,
+                    Err(_) => failed += 1,
                 }
             }
-            std::thread::sleep(Duration::from_millis(500));
+            std::thread::sleep(Duration::from_millis(200));
         }
-        eprintln!("hostile: held up to {idle} idle connections");
+        format!("{idle} idle connections held, {opened} opened in all, {failed} connects failed")
     }));
-    // Slowloris: a byte a second on a native frame and a v1 batch, over and over.
-    for v1 in [false, true] {
+    // Slowloris: a handshake sent whole, then a native frame or a v1 batch a byte a second.
+    for v1 in [false, true].into_iter().filter(|_| runs("slowloris")) {
         threads.push(std::thread::spawn(move || {
-            while Instant::now() < until {
+            let (mut cut, mut bytes_sent) = (0u64, 0u64);
+            while running() {
                 let Ok(mut s) = TcpStream::connect(addr) else {
                     continue;
                 };
-                let bytes = if v1 {
-                    let mut b = hermit::encode_producer_hello("slow", 0);
-                    b.extend(encode_batch(0, b"", &[1u8; 200], 1));
-                    b
+                let body = if v1 {
+                    let _ = s.write_all(&hermit::encode_producer_hello("slow", 0));
+                    encode_batch(0, b"", &[1u8; 200], 1)
                 } else {
-                    let mut b = native::preface(native::VERSION).to_vec();
-                    b.extend(produce_frame("slow", &[1u8; 200]));
-                    b
+                    let _ = s.write_all(&native::preface(native::VERSION));
+                    produce_frame("slow", &[1u8; 200])
                 };
-                for byte in bytes {
-                    if Instant::now() >= until || s.write_all(&[byte]).is_err() {
+                for byte in body {
+                    if !running() {
                         break;
                     }
+                    if s.write_all(&[byte]).is_err() || is_closed(&s) {
+                        cut += 1;
+                        break;
+                    }
+                    bytes_sent += 1;
                     std::thread::sleep(Duration::from_secs(1));
                 }
             }
+            let kind = if v1 { "v1 batch" } else { "native frame" };
+            format!("slowloris ({kind}): cut off {cut} times after {bytes_sent} bytes")
         }));
     }
-    // Churn of bad requests: traversal names, oversized headers, bad magic, truncated
-    // frames, topic creation past the limit, and consumers that never read.
+    // Topics created in a tight loop, past the limit.
     threads.push(std::thread::spawn(move || {
-        // 8 MiB for the consumers that never read.
+        if !topics_on {
+            return "no topic loop".to_string();
+        }
+        let (mut created, mut refused, mut other) = (0u64, 0u64, 0u64);
+        let mut client = Client::connect(addr).unwrap();
+        while running() {
+            match client.create_topic(
+                &format!("churn-{}", created + refused + other),
+                TopicSettings::default(),
+            ) {
+                Ok(()) => created += 1,
+                Err(e) if e.code() == Some(ErrorCode::TopicLimit) => refused += 1,
+                Err(_) => {
+                    other += 1;
+                    client = Client::connect(addr).unwrap();
+                }
+            }
+        }
+        format!(
+            "topic loop: {created} created, {refused} refused by the limit, {other} other errors"
+        )
+    }));
+    // Consumers that never read: native fetches and v1 consumers of 8 MiB, reopened when
+    // the broker cuts them off.
+    threads.push(std::thread::spawn(move || {
+        if !lazy_on {
+            return "no lazy consumers".to_string();
+        }
         let mut producer = Client::connect(addr).unwrap();
         let batch = encode_batch(0, b"", &[5u8; 64 * 1024], 1);
         for _ in 0..8 {
@@ -580,14 +623,64 @@ fn hostile_load() {
                 .produce("deep", 0, &vec![batch.clone(); 16])
                 .unwrap();
         }
-        let mut lazy = Vec::new();
+        drop(producer);
+        let mut fetches = Vec::new();
+        for i in 0..8 {
+            native::encode_request(
+                &mut fetches,
+                i,
+                &native::Request::Fetch {
+                    topic: b"deep",
+                    partition: 0,
+                    offset: 0,
+                    max_bytes: 16 << 20,
+                    max_wait_ms: 0,
+                },
+            );
+        }
+        let mut lazy: Vec<TcpStream> = Vec::new();
+        let mut opened = 0u64;
+        while running() {
+            lazy.retain(|s| !is_closed(s));
+            while lazy.len() < 8 {
+                let Ok(mut s) = TcpStream::connect(addr) else {
+                    break;
+                };
+                let hello = if opened.is_multiple_of(2) {
+                    hermit::encode_consumer_hello("lazy", "deep", 0)
+                } else {
+                    let mut b = native::preface(native::VERSION).to_vec();
+                    b.extend_from_slice(&fetches);
+                    b
+                };
+                let _ = s.write_all(&hello);
+                opened += 1;
+                lazy.push(s);
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        format!("consumers that never read: {opened} opened")
+    }));
+    // Bad requests in a loop: traversal names, oversized keys, oversized frames, bad
+    // magic, truncated frames, other protocols.
+    threads.push(std::thread::spawn(move || {
+        if !bad_on {
+            return "no bad requests".to_string();
+        }
         let mut rounds = 0u64;
-        while Instant::now() < until {
+        while running() {
             rounds += 1;
             if let Ok(mut c) = Client::connect(addr) {
                 let _ = c.produce("../etc", 0, &[encode_batch(0, b"", b"x", 1)]);
-                let _ = c.create_topic(&format!("churn-{rounds}"), TopicSettings::default());
+                let _ = c.fetch("/tmp/x", 0, 0, 1024, Duration::ZERO);
                 let _ = c.produce("t", 0, &[encode_batch(0, &[0; 70_000], b"", 1)]);
+                let mut huge = Vec::new();
+                huge.put_u32(u32::MAX);
+                huge.put_u16(native::ApiKey::Produce as u16);
+                let _ = c.stream().write_all(&huge);
+                drop(c);
+            }
+            if let Ok(mut c) = Client::connect(addr) {
                 let mut bad = produce_frame("t", b"bad magic");
                 let at = bad.len() - 9 - HEADER_LEN;
                 bad[at] = 0x07;
@@ -598,18 +691,16 @@ fn hostile_load() {
             if let Ok(mut s) = TcpStream::connect(addr) {
                 let _ = s.write_all(b"GET / HTTP/1.1\r\n\r\n");
             }
-            if rounds % 20 == 1
-                && lazy.len() < 8
-                && let Ok(mut s) = TcpStream::connect(addr)
-            {
-                let _ = s.write_all(&hermit::encode_consumer_hello("lazy", "deep", 0));
-                lazy.push(s);
+            if let Ok(mut s) = TcpStream::connect(addr) {
+                let mut bad = hermit::encode_producer_hello("t", 0);
+                bad.extend_from_slice(&[0x02; HEADER_LEN]);
+                let _ = s.write_all(&bad);
             }
-            std::thread::sleep(Duration::from_millis(20));
+            std::thread::sleep(Duration::from_millis(5));
         }
-        eprintln!("hostile: {rounds} rounds of bad requests");
+        format!("bad requests: {rounds} rounds")
     }));
     for t in threads {
-        t.join().unwrap();
+        eprintln!("hostile: {}", t.join().unwrap());
     }
 }
