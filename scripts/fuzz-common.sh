@@ -2,12 +2,14 @@
 # The fuzz crate (fuzz/) builds with the nightly toolchain, which exists for tools only.
 NIGHTLY=${NIGHTLY:-nightly}
 FUZZ_TARGETS=(native_request hermit_v1 recovery_scan)
-# AddressSanitizer for long runs; CI's smoke builds without it (about half the build time;
-# the targets' own checks and Rust's bounds and overflow checks still apply).
+# AddressSanitizer for long runs; CI's smoke builds without it (a shorter build; the
+# targets' own checks and Rust's bounds and overflow checks still apply).
 FUZZ_SANITIZER=${FUZZ_SANITIZER:-address}
 FUZZ_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/fuzz/target}/fuzz-$FUZZ_SANITIZER
 # -O: optimised; -a: debug assertions, so an arithmetic overflow is a finding too.
-FUZZ_FLAGS=(-O -a -s "$FUZZ_SANITIZER" --target-dir "$FUZZ_TARGET_DIR")
+# More codegen units build faster and run somewhat slower: CI's smoke uses 16.
+FUZZ_FLAGS=(-O -a -s "$FUZZ_SANITIZER" --codegen-units "${FUZZ_CODEGEN_UNITS:-1}"
+  --target-dir "$FUZZ_TARGET_DIR")
 
 ensure_cargo_fuzz() {
   if ! cargo "+$NIGHTLY" fuzz --version >/dev/null 2>&1; then

@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 FUZZ_SANITIZER=${FUZZ_SANITIZER:-none}
+FUZZ_CODEGEN_UNITS=${FUZZ_CODEGEN_UNITS:-16}
 source scripts/fuzz-common.sh
 SECONDS_PER_TARGET=${FUZZ_SMOKE_SECONDS:-20}
 WORK=$(mktemp -d)

@@ -495,7 +495,17 @@ fn a_consumer_that_never_reads_is_cut_off() {
     v1.write_all(&hermit::encode_consumer_hello("lazy", "deep", 0))
         .unwrap();
 
-    std::thread::sleep(Duration::from_secs(3));
+    // Read nothing until the broker gave up on both: reading would let them go on. (A
+    // client that reads nothing can still take a little now and then, while the kernel
+    // compacts its receive queue, so the first write timeout may take longer to come.)
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while broker.log_text().matches("read nothing while").count() < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the broker never gave up writing"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // (The first producer idled past the timeout meanwhile.)
     let mut producer = broker.client();
     producer
