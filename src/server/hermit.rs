@@ -23,7 +23,7 @@ use crate::protocol::hermit::{self, HermitError};
 use crate::protocol::native::ErrorCode;
 use crate::protocol::record::{self, BatchHeader, RecordError};
 use crate::server::connection::handshake;
-use crate::server::io::{read_some, write_all};
+use crate::server::io::{RequestDeadline, read_some, write_all};
 use crate::server::metrics::Metrics;
 use crate::server::sendfile::send_range;
 use crate::shard::mesh::{Answer, Call};
@@ -37,6 +37,10 @@ const COMMIT: RequestKind = RequestKind::HermitCommit;
 const CONSUMER_WAIT_MS: u32 = 1000;
 /// Bytes one push to a consumer covers at most.
 const CONSUMER_PUSH_BYTES: u32 = 4 << 20;
+/// Smallest read into a connection's buffer.
+const READ_MIN_BYTES: usize = 4096;
+/// Largest first read of a batch body; later reads at most double what arrived.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 pub async fn serve(
     shard: Rc<Shard>,
@@ -83,10 +87,28 @@ async fn read_message<T>(
 
 /// Reads at least `needed` more bytes into `buf`.
 async fn fill(stream: &RefCell<TcpStream>, buf: &mut BytesMut, needed: usize) -> io::Result<()> {
+    fill_by(stream, buf, needed, None).await
+}
+
+/// Reads at least `needed` more bytes into `buf`, giving up when `deadline` passes.
+async fn fill_by(
+    stream: &RefCell<TcpStream>,
+    buf: &mut BytesMut,
+    needed: usize,
+    mut deadline: Option<&mut RequestDeadline>,
+) -> io::Result<()> {
     let target = buf.len() + needed;
     while buf.len() < target {
         let len = buf.len();
-        buf.resize(len + (target - len).max(4096), 0);
+        if let Some(deadline) = deadline.as_mut() {
+            deadline.before_read(stream, len > 0)?;
+        }
+        // Grow with what arrives (at most doubling), never to the size a header merely
+        // announces: a producer cannot make the broker hold 50 MiB for a header alone.
+        let chunk = (target - len)
+            .min(len.max(READ_CHUNK_BYTES))
+            .max(READ_MIN_BYTES);
+        buf.resize(len + chunk, 0);
         let n = read_some(stream, &mut buf[len..]).await;
         match n {
             Ok(0) => {
@@ -130,22 +152,22 @@ async fn producer(
             return Ok(());
         }
     };
-    stream
-        .borrow()
-        .set_read_timeout(Some(shard.config.idle_timeout))?;
     let limits = shard.config.log.limits;
+    let mut deadline = RequestDeadline::new(shard.config.idle_timeout);
     loop {
         // The header first: magic and sizes are checked before the body is waited for.
         let header = loop {
             match BatchHeader::decode(buf, &limits) {
                 Ok(header) => break header,
-                Err(RecordError::Incomplete { needed }) => match fill(stream, buf, needed).await {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && buf.is_empty() => {
-                        return Ok(());
+                Err(RecordError::Incomplete { needed }) => {
+                    match fill_by(stream, buf, needed, Some(&mut deadline)).await {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && buf.is_empty() => {
+                            return Ok(());
+                        }
+                        Err(e) => return Err(too_slow(shard, buf.len(), e)),
                     }
-                    Err(e) => return Err(e),
-                },
+                }
                 Err(error) => {
                     Metrics::inc(&shard.metrics.bad_batches);
                     shard.metrics.request_counts.request(PRODUCE);
@@ -160,9 +182,12 @@ async fn producer(
         };
         let len = header.batch_len();
         if buf.len() < len {
-            fill(stream, buf, len - buf.len()).await?;
+            fill_by(stream, buf, len - buf.len(), Some(&mut deadline))
+                .await
+                .map_err(|e| too_slow(shard, buf.len(), e))?;
         }
         shard.metrics.request_counts.request(PRODUCE);
+        deadline.done();
         let ack = if partition >= meta.partitions {
             shard
                 .metrics
@@ -187,8 +212,32 @@ async fn producer(
             }
         };
         buf.advance(len);
-        write_all(stream, &ack).await?;
+        write_all(stream, &ack)
+            .await
+            .map_err(|e| write_stalled(shard, e))?;
     }
+}
+
+/// Counts and logs a batch that did not arrive whole in time (mid-batch timeouts only).
+fn too_slow(shard: &Shard, received_bytes: usize, error: io::Error) -> io::Error {
+    if error.kind() == io::ErrorKind::TimedOut && received_bytes > 0 {
+        Metrics::inc(&shard.metrics.requests_too_slow);
+        warn!(
+            received_bytes,
+            timeout = ?shard.config.idle_timeout,
+            "HermitMQ batch not complete within the idle timeout of its first bytes; connection closed"
+        );
+    }
+    error
+}
+
+/// Counts and logs a client that stopped reading what it is sent.
+fn write_stalled(shard: &Shard, error: io::Error) -> io::Error {
+    if error.kind() == io::ErrorKind::TimedOut {
+        Metrics::inc(&shard.metrics.writes_stalled);
+        warn!(timeout = ?shard.config.idle_timeout, "HermitMQ client read nothing while data waited; connection closed");
+    }
+    error
 }
 
 /// Appends one batch wherever its partition lives; returns its base offset once acknowledged.
@@ -346,7 +395,9 @@ async fn consumer(
             }
             Err(error) => return Err(error),
         };
-        send_range(stream, &file, plan.position, plan.length, plan.hot).await?;
+        send_range(stream, &file, plan.position, plan.length, plan.hot)
+            .await
+            .map_err(|e| write_stalled(shard, e))?;
         Metrics::add(&shard.metrics.bytes_out, plan.length);
         Metrics::add(&shard.metrics.records_out, plan.records);
         offset = plan.next_offset;

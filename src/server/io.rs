@@ -9,6 +9,7 @@ use std::cell::RefCell;
 use std::future::poll_fn;
 use std::io;
 use std::pin::Pin;
+use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
@@ -41,4 +42,50 @@ pub async fn write_all(stream: &RefCell<TcpStream>, mut buf: &[u8]) -> io::Resul
         buf = &buf[n..];
     }
     Ok(())
+}
+
+/// Bounds how long one request may take to arrive. A read timeout alone restarts with
+/// every byte, so a client sending a byte a second would hold its connection (and the
+/// request's buffer) forever; this gives the whole request `limit` from its first bytes.
+pub struct RequestDeadline {
+    limit: Duration,
+    started: Option<Instant>,
+}
+
+impl RequestDeadline {
+    pub fn new(limit: Duration) -> Self {
+        RequestDeadline {
+            limit,
+            started: None,
+        }
+    }
+
+    /// The current request arrived whole; the next one starts its own clock.
+    pub fn done(&mut self) {
+        self.started = None;
+    }
+
+    /// Sets the read timeout of the next read: the idle limit between requests, the time
+    /// left in the middle of one. `TimedOut` if none is left.
+    pub fn before_read(
+        &mut self,
+        stream: &RefCell<TcpStream>,
+        mid_request: bool,
+    ) -> io::Result<()> {
+        let timeout = if mid_request {
+            let started = *self.started.get_or_insert_with(Instant::now);
+            let left = self.limit.saturating_sub(started.elapsed());
+            if left.is_zero() {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "request not complete within the idle timeout",
+                ));
+            }
+            left
+        } else {
+            self.limit
+        };
+        stream.borrow().set_read_timeout(Some(timeout))?;
+        Ok(())
+    }
 }

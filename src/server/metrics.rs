@@ -88,6 +88,12 @@ counters!(
     corrupt_batches_detected,
     /// Fetches refused with `CorruptData` because they start at a damaged batch.
     corrupt_reads_refused,
+    /// Connections closed because a request did not arrive whole within the idle timeout
+    /// of its first bytes (a client dribbling bytes, slowloris-style).
+    requests_too_slow,
+    /// Connections closed because the client read nothing for the idle timeout while the
+    /// broker had bytes to send (its socket buffer stayed full).
+    writes_stalled,
 );
 
 impl Metrics {

@@ -587,7 +587,13 @@ impl Shard {
                 ),
             ));
         }
-        meta.persist(&self.config.data_dir).map_err(Failure::from)?;
+        // Several fsyncs: on the blocking thread, so that a client creating topics in a
+        // loop does not stall every other connection of this core.
+        let (persisted, data_dir) = (meta.clone(), self.config.data_dir.clone());
+        glommio::executor()
+            .spawn_blocking(move || persisted.persist(&data_dir))
+            .await
+            .map_err(Failure::from)?;
         info!(topic = %meta.name, partitions = meta.partitions, "topic created");
         // Two rounds: every owner opens its partitions, then every core learns the topic.
         self.broadcast(|| Call::OpenPartitions { meta: meta.clone() })
@@ -613,7 +619,11 @@ impl Shard {
             name: name.to_string(),
         })
         .await?;
-        topics::remove_topic_dir(&self.config.data_dir, name).map_err(Failure::from)?;
+        let (data_dir, removed) = (self.config.data_dir.clone(), name.to_string());
+        glommio::executor()
+            .spawn_blocking(move || topics::remove_topic_dir(&data_dir, &removed))
+            .await
+            .map_err(Failure::from)?;
         info!(topic = %name, "topic deleted");
         Ok(Answer::Done)
     }

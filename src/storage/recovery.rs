@@ -61,6 +61,8 @@ pub enum CutReason {
     IndexMismatch { position: u64, offset: u64 },
     /// The batch would not fit an index entry's 32-bit position.
     SegmentTooLarge { position: u64 },
+    /// The batch's records would run past the largest offset: no broker wrote it.
+    OffsetOverflow { position: u64, offset: u64 },
 }
 
 /// The scanner's verdict on one segment.
@@ -140,6 +142,13 @@ pub fn scan_segment(
             cut = Some(gap);
             break;
         }
+        if header.offset.checked_add(header.records()).is_none() {
+            cut = Some(CutReason::OffsetOverflow {
+                position: at,
+                offset: header.offset,
+            });
+            break;
+        }
         let (Ok(position32), Ok(length32)) = (u32::try_from(position), u32::try_from(len)) else {
             cut = Some(CutReason::SegmentTooLarge { position: at });
             break;
@@ -215,7 +224,7 @@ mod tests {
             entry.encode(&mut slot);
             idx.extend_from_slice(&slot);
             wal.extend_from_slice(&batch);
-            offset += u64::from((*count).max(1));
+            offset = offset.wrapping_add(u64::from((*count).max(1)));
         }
         (wal, idx)
     }
@@ -281,6 +290,26 @@ mod tests {
             out.cut,
             Some(CutReason::IndexMismatch { offset: 1, .. })
         ));
+    }
+
+    #[test]
+    fn offsets_past_the_largest_are_cut() {
+        // Found by fuzzing: `next_offset` overflowed (a panic in debug builds, a wrap to small
+        // offsets in release ones).
+        let base = u64::MAX - 1;
+        let (wal, idx) = segment(&[(b"one", 1), (b"two", 5)], base);
+        for idx in [None, Some(&idx[..])] {
+            let out = scan_segment(base, &wal, idx, &Limits::default());
+            assert_eq!(out.entries.len(), 1);
+            assert_eq!(out.next_offset, u64::MAX);
+            assert_eq!(
+                out.cut,
+                Some(CutReason::OffsetOverflow {
+                    position: 32,
+                    offset: u64::MAX
+                })
+            );
+        }
     }
 
     #[test]

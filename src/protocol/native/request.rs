@@ -198,7 +198,11 @@ fn decode_request_body<'a>(
                 }
                 .into());
             }
-            let mut topics = Vec::with_capacity(count as usize);
+            // Sized by the bytes actually there (a name takes at least its 2-byte length),
+            // not by the count a client claims: found by fuzzing, a 24-byte request could
+            // make the broker allocate 160 KB.
+            let names_max = r.remaining() / 2;
+            let mut topics = Vec::with_capacity((count as usize).min(names_max));
             for _ in 0..count {
                 topics.push(r.string("topic")?);
             }

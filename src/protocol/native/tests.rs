@@ -254,3 +254,32 @@ fn compact_response_round_trips() {
     assert_eq!(decode_compact_response(body).unwrap(), done);
     assert!(decode_compact_response(&body[..body.len() - 1]).is_err());
 }
+
+#[test]
+fn a_metadata_topic_count_is_checked_against_the_bytes() {
+    // The count is a claim: names are read (and room for them made) only as far as the
+    // bytes go. The allocation bound itself is a property of the `native_request` fuzz
+    // target, which found the eager allocation.
+    let limits = Limits::default();
+    let mut body = Vec::new();
+    body.put_u16(ApiKey::Metadata as u16);
+    body.put_u16(VERSION);
+    body.put_u32(1);
+    body.put_u32(METADATA_TOPICS_MAX);
+    assert_eq!(
+        decode_request(&body, &limits).unwrap_err().1.code(),
+        ErrorCode::Malformed
+    );
+    let names: Vec<Vec<u8>> = (0..METADATA_TOPICS_MAX)
+        .map(|i| format!("t{i}").into_bytes())
+        .collect();
+    for name in &names {
+        body.put_string(name);
+    }
+    let (_, request) = decode_request(&body, &limits).unwrap();
+    let Request::Metadata { topics } = request else {
+        panic!("not a metadata request: {request:?}")
+    };
+    assert_eq!(topics.len(), names.len());
+    assert!(topics.iter().zip(&names).all(|(a, b)| a == b));
+}
