@@ -4,7 +4,7 @@
 # writes a markdown summary with HDR percentile files and SVG charts to
 # bench-results/<time>/ (or $OUT). Needs only cargo and python3.
 #
-#   scripts/bench.sh                  # full suite (about 3 minutes)
+#   scripts/bench.sh                  # full suite (about 5 minutes)
 #   QUICK=1 scripts/bench.sh          # shorter runs, 128 MB catch-up: a smoke test
 #   CLIENT=blocking scripts/bench.sh  # drive the broker with the blocking client instead
 #   CORES=2 PARTITIONS=4 CATCHUP_MB=2048 DURATION=20 scripts/bench.sh
@@ -13,7 +13,7 @@
 #   (a) HermitMQ's: 10 producers x 100,000 records of 28 B, batches of 100, one batch in
 #       flight per producer, fsync=always
 #   (b) 100 B records, batches of 100, 10 producers, max throughput, per fsync policy
-#   (c) latency with one message in flight, per fsync policy
+#   (c) latency with one message in flight, per fsync policy (also with the blocking client)
 #   (d) latency at a fixed rate of half the max measured in (b), fsync=always
 #   (e) consumer catch-up from the earliest offset over >= CATCHUP_MB MB of records
 #   and the broker's heap allocations per produced batch (benches/ingest_alloc.rs).
@@ -52,7 +52,7 @@ stop_broker() { kill -TERM "$BROKER"; wait "$BROKER" || true; BROKER=""; }
 bench() { # label, args...
   local label=$1; shift
   echo ">> $label: pagurus bench $*" >&2
-  "$BIN" bench --broker 127.0.0.1:$PORT --client "$CLIENT" --threads "$THREADS" --json --quiet \
+  "$BIN" bench --broker 127.0.0.1:$PORT --client "${BENCH_CLIENT:-$CLIENT}" --threads "$THREADS" --json --quiet \
     --out "$OUT" --label "$label" "$@" > "$OUT/$label.json"
 }
 
@@ -89,6 +89,13 @@ for policy in always interval=5 never; do
   bench "c-one-in-flight-$tag" --producers 1 --consumers 1 --size 100 --batch 1 --in-flight 1 \
     --duration "$DURATION" --warmup 1 --topic-prefix "one-$tag"
   ROWS+=("$(row "c-one-in-flight-$tag" "1 message in flight, 100 B, fsync=$policy")")
+  if [ "$CLIENT" != blocking ]; then
+    # At one message in flight the client's own wake-up cost shows: the blocking client
+    # for reference.
+    BENCH_CLIENT=blocking bench "c-one-in-flight-$tag-blocking" --producers 1 --consumers 1 --size 100 \
+      --batch 1 --in-flight 1 --duration "$DURATION" --warmup 1 --topic-prefix "one-b-$tag"
+    ROWS+=("$(row "c-one-in-flight-$tag-blocking" "the same, blocking client")")
+  fi
   if [ "$policy" = always ]; then
     MAX=$(json_field "$OUT/b-max-$tag.json" "int(r['produce']['msgs_per_s'])")
     HALF=$((MAX / 2))

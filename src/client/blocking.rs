@@ -53,8 +53,9 @@ pub struct Client {
     stream: TcpStream,
     session: Session<()>,
     out: Vec<u8>,
-    /// The last response frame received, length prefix included.
+    /// The last response frame received (length prefix included) is `frame[..frame_len]`.
     frame: Vec<u8>,
+    frame_len: usize,
     header: ResponseHeader,
 }
 
@@ -68,6 +69,7 @@ impl Client {
             session: Session::default(),
             out: Vec::new(),
             frame: Vec::new(),
+            frame_len: 0,
             header: ResponseHeader {
                 correlation_id: 0,
                 error: 0,
@@ -119,37 +121,36 @@ impl Client {
 
     /// Reads the next response; returns its header, with the body in [`Client::body`].
     pub fn receive(&mut self) -> Result<ResponseHeader, ClientError> {
-        self.frame.resize(native::FRAME_LEN_BYTES, 0);
-        self.stream.read_exact(&mut self.frame)?;
-        let len = match session::next_frame(&self.frame) {
-            Ok(None) => {
-                u32::from_be_bytes(self.frame[..4].try_into().expect("4")) as usize
-                    + native::FRAME_LEN_BYTES
-            }
-            Ok(Some(len)) => len,
-            Err(e) => return Err(e),
-        };
-        self.frame.resize(len, 0);
+        let mut prefix = [0u8; native::FRAME_LEN_BYTES];
+        self.stream.read_exact(&mut prefix)?;
+        let len = session::frame_len(prefix)?;
+        // The buffer only grows, so only growth is ever zeroed.
+        if self.frame.len() < len {
+            self.frame.resize(len, 0);
+        }
+        self.frame_len = len;
+        let frame = &mut self.frame[..len];
+        frame[..native::FRAME_LEN_BYTES].copy_from_slice(&prefix);
         self.stream
-            .read_exact(&mut self.frame[native::FRAME_LEN_BYTES..])?;
+            .read_exact(&mut frame[native::FRAME_LEN_BYTES..])?;
         self.header = if self.session.in_flight() == 0 {
-            native::decode_response(&self.frame[native::FRAME_LEN_BYTES..])
+            native::decode_response(&frame[native::FRAME_LEN_BYTES..])
                 .map_err(session::protocol)?
                 .0
         } else {
-            self.session.accept(&self.frame)?.1
+            self.session.accept(frame)?.1
         };
         Ok(self.header)
     }
 
     /// Body of the last response received (after its header).
     pub fn body(&self) -> &[u8] {
-        &self.frame[native::FRAME_LEN_BYTES + native::RESPONSE_HEADER_LEN..]
+        &self.frame[native::FRAME_LEN_BYTES + native::RESPONSE_HEADER_LEN..self.frame_len]
     }
 
     /// The last response received.
     pub fn reply(&self) -> Reply<&[u8]> {
-        Reply::new(self.header, &self.frame)
+        Reply::new(self.header, &self.frame[..self.frame_len])
     }
 
     /// Sends a request and waits for its answer; a broker error becomes `Err`.

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use crate::client::ClientError;
 use crate::protocol::native::{
-    self, ErrorCode, FrameCheck, GroupPartition, MetadataResponse, Request, ResponseHeader,
+    self, ErrorCode, GroupPartition, MetadataResponse, Request, ResponseHeader,
 };
 
 /// Largest response frame a client accepts (a fetch answers at most 64 MiB plus a batch).
@@ -30,24 +30,31 @@ pub fn check_broker_preface(preface: &[u8; native::PREFACE_LEN]) -> Result<(), C
     Ok(())
 }
 
+/// The length of a response frame (prefix included) from its 4-byte prefix, checked: at
+/// least a response header, at most [`RESPONSE_BYTES_MAX`].
+pub fn frame_len(prefix: [u8; native::FRAME_LEN_BYTES]) -> Result<usize, ClientError> {
+    let body = u32::from_be_bytes(prefix) as usize;
+    if body < native::RESPONSE_HEADER_LEN {
+        return Err(ClientError::Protocol(format!(
+            "response frame of {body} bytes, shorter than its header"
+        )));
+    }
+    if body > RESPONSE_BYTES_MAX {
+        return Err(ClientError::Protocol(format!(
+            "response frame of {body} bytes (the client accepts {RESPONSE_BYTES_MAX})"
+        )));
+    }
+    Ok(native::FRAME_LEN_BYTES + body)
+}
+
 /// Whether `input` starts with a whole response frame: `Ok(Some(frame_bytes))` if so
 /// (length prefix included), `Ok(None)` if more bytes are needed.
 pub fn next_frame(input: &[u8]) -> Result<Option<usize>, ClientError> {
-    match native::check_frame(input, RESPONSE_BYTES_MAX) {
-        FrameCheck::Complete { frame_bytes } => {
-            if frame_bytes < native::FRAME_LEN_BYTES + native::RESPONSE_HEADER_LEN {
-                return Err(ClientError::Protocol(format!(
-                    "response frame of {} bytes, shorter than its header",
-                    frame_bytes - native::FRAME_LEN_BYTES
-                )));
-            }
-            Ok(Some(frame_bytes))
-        }
-        FrameCheck::Incomplete { .. } => Ok(None),
-        FrameCheck::TooLarge { body_bytes } => Err(ClientError::Protocol(format!(
-            "response frame of {body_bytes} bytes (the client accepts {RESPONSE_BYTES_MAX})"
-        ))),
-    }
+    let Some(prefix) = input.first_chunk::<{ native::FRAME_LEN_BYTES }>() else {
+        return Ok(None);
+    };
+    let len = frame_len(*prefix)?;
+    Ok((input.len() >= len).then_some(len))
 }
 
 /// Requests in flight on one connection, each with the driver's token `T`.

@@ -34,7 +34,7 @@ use futures_lite::{AsyncRead, AsyncWrite};
 
 use crate::client::ClientError;
 use crate::client::produce::ProduceFrame;
-use crate::client::session::{Reply, Session, check_broker_preface, next_frame};
+use crate::client::session::{Reply, Session, check_broker_preface, frame_len, next_frame};
 use crate::protocol::native::{self, Request, ResponseHeader};
 
 pub use consumer::{Consumer, ConsumerConfig, Polled};
@@ -226,7 +226,8 @@ impl Drop for Handle {
     }
 }
 
-/// One connection to a broker core. Cheap to clone: clones share the connection.
+/// One connection to a broker core. Cheap to clone: clones share the connection. When the
+/// last clone is dropped the connection closes, and answers still awaited fail.
 #[derive(Clone)]
 pub struct Client {
     handle: Rc<Handle>,
@@ -433,11 +434,9 @@ async fn read_frames(inner: &Rc<Inner>) -> Result<std::convert::Infallible, Read
             complete(inner, slot, Reply::new(header, Frame::copy_of(frame)));
         }
         let have = end - start;
-        if have >= native::FRAME_LEN_BYTES {
-            let frame_len = native::FRAME_LEN_BYTES
-                + u32::from_be_bytes(buf[start..start + 4].try_into().expect("4")) as usize;
+        if let Some(prefix) = buf[start..end].first_chunk() {
+            let frame_len = frame_len(*prefix).map_err(invalid)?;
             if frame_len > LARGE_FRAME_BYTES {
-                // `next_frame` checked the length against the limit.
                 let mut large = inner.pool.borrow_mut().pop().unwrap_or_default();
                 if large.len() < frame_len {
                     large.resize(frame_len, 0);
