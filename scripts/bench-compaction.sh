@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Does compaction move produce latency? Runs the same fixed-rate produce workload twice per
-# round, once with the broker idle otherwise and once while a loop keeps rewriting a
-# `cleanup = compact` topic on the same cores (new keyed updates, then `topics compact`),
-# alternating the two ROUNDS times, and prints the median ack percentiles of each.
+# round while a loop keeps appending keyed updates to a `cleanup = compact` topic on the same
+# cores: once with that loop only, once with the loop also compacting the topic after each
+# round of updates (`topics compact`). The two differ only by compaction. Alternates them
+# ROUNDS times and prints the median ack percentiles of each.
 #
 #   scripts/bench-compaction.sh                     # 3 rounds of 2 x 15 s
 #   ROUNDS=1 DURATION=5 RATE=100000 scripts/bench-compaction.sh
@@ -46,10 +47,12 @@ update() { # one round of keyed updates: 1 MB per key per partition
 echo ">> prefilling kv with ${PREFILL_MB} MB of keyed updates" >&2
 for _ in $(seq 1 $((PREFILL_MB / 8))); do update; done
 
-compaction_loop() {
+background_loop() { # compact after each round of updates: yes|no
   while true; do
     update
-    "$BIN" topics compact kv --broker "$B" >>"$OUT/compactions.txt" 2>&1 || true
+    if [ "$1" = yes ]; then
+      "$BIN" topics compact kv --broker "$B" >>"$OUT/compactions.txt" 2>&1 || true
+    fi
   done
 }
 
@@ -60,15 +63,16 @@ run() { # label
 }
 
 for r in $(seq 1 "$ROUNDS"); do
-  echo ">> round $r: without compaction" >&2
-  run "idle-$r"
-  echo ">> round $r: with compaction" >&2
-  compaction_loop &
-  LOOP=$!
-  sleep 2
-  run "compacting-$r"
-  kill "$LOOP" 2>/dev/null; wait "$LOOP" 2>/dev/null || true
-  LOOP=""
+  for compact in no yes; do
+    label=$([ "$compact" = yes ] && echo "compacting-$r" || echo "idle-$r")
+    echo ">> round $r: updates, compaction: $compact" >&2
+    background_loop "$compact" &
+    LOOP=$!
+    sleep 2
+    run "$label"
+    kill "$LOOP" 2>/dev/null; wait "$LOOP" 2>/dev/null || true
+    LOOP=""
+  done
 done
 
 python3 - "$OUT" "$ROUNDS" "$RATE" <<'PY' | tee "$OUT/summary.md"
@@ -78,7 +82,7 @@ def med(kind, key):
     vals = [json.load(open(out / f"{kind}-{r}.json"))["produce"]["ack_latency_us"][key] for r in range(1, rounds + 1)]
     return statistics.median(vals), vals
 passes = [l for l in (out / "compactions.txt").read_text().splitlines() if "segments rewritten" in l] if (out / "compactions.txt").exists() else []
-print(f"# Produce ack latency with and without compaction ({rate:,} msg/s, fsync=always, medians of {rounds} runs)\n")
+print(f"# Produce ack latency with and without compaction ({rate:,} msg/s, fsync=always, medians of {rounds} runs; keyed updates run in both)\n")
 print("| ack latency (us) | p50 | p99 | p99.9 | max |")
 print("|---|---|---|---|---|")
 for kind in ("idle", "compacting"):
