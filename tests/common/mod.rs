@@ -21,16 +21,20 @@ pub struct Broker {
     log: PathBuf,
 }
 
-/// A port P such that P ..= P + extra are all free right now.
+/// A port P such that P ..= P + extra are all free right now, below the kernel's ephemeral
+/// range (32768-60999 by default). A broker is restarted on the same ports, and a port from
+/// the ephemeral range can meanwhile become the local end of some outgoing connection (a
+/// test's own client, even), which makes the restart fail with "address in use".
 fn free_ports(extra: u16) -> u16 {
-    for _ in 0..200 {
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = probe.local_addr().unwrap().port();
-        if port > u16::MAX - extra - 1 {
-            continue;
-        }
-        let all_free = (1..=extra).all(|i| TcpListener::bind(("127.0.0.1", port + i)).is_ok());
-        drop(probe);
+    use std::hash::{BuildHasher, Hasher};
+    const LOW: u64 = 10_000;
+    const HIGH: u64 = 32_000;
+    for attempt in 0..1000u64 {
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(attempt);
+        hasher.write_u32(std::process::id());
+        let port = (LOW + hasher.finish() % (HIGH - LOW)) as u16;
+        let all_free = (0..=extra).all(|i| TcpListener::bind(("127.0.0.1", port + i)).is_ok());
         if all_free {
             return port;
         }
