@@ -27,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((12000 + RANDOM % 18000))  # below the ephemeral range (32768+), where shard ports (PORT+1+core) could collide with outgoing connections
 B=127.0.0.1:$PORT
 # Background passes off: this script decides when compaction runs.
 "$BIN" serve --data-dir "$WORK/data" --listen "$B" --fsync always \

@@ -39,7 +39,7 @@ cleanup() { [ -n "$BROKER" ] && kill -9 "$BROKER" 2>/dev/null || true; rm -rf "$
 trap cleanup EXIT
 
 start_broker() { # fsync policy
-  PORT=$((20000 + RANDOM % 20000))
+  PORT=$((12000 + RANDOM % 18000))  # below the ephemeral range (32768+), where shard ports (PORT+1+core) could collide with outgoing connections
   rm -rf "$WORK/data"
   "$BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --cores "$CORES" --fsync "$1" \
     2>"$OUT/broker-$1.log" &

@@ -46,7 +46,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((12000 + RANDOM % 18000))  # below the ephemeral range (32768+), where shard ports (PORT+1+core) could collide with outgoing connections
 "$BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --cores 2 --fsync never \
   --max-connections $((IDLE + 500)) --max-topics 1000 \
   --idle-timeout-ms 5000 --handshake-timeout-ms 5000 2>"$WORK/broker.log" &

@@ -12,7 +12,7 @@ command -v strace >/dev/null || { echo "strace is not installed (apt-get install
 cargo build --release --quiet
 BIN=target/release/pagurus
 WORK=$(mktemp -d)
-PORT=$((20000 + RANDOM % 20000))
+PORT=$((12000 + RANDOM % 18000))  # below the ephemeral range (32768+), where shard ports (PORT+1+core) could collide with outgoing connections
 trap 'kill -9 $BROKER 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 # 1. Fill a topic without strace.

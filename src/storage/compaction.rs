@@ -404,7 +404,11 @@ impl PartitionLog {
             glommio::yield_if_needed().await;
         }
         if !map.full && compacted_to > self.compaction.compacted_to.get() {
-            write_compacted_to(self.dir(), compacted_to)?;
+            // Two fsyncs: on the blocking thread, not on the core that serves produce.
+            let dir = self.dir().to_path_buf();
+            glommio::executor()
+                .spawn_blocking(move || write_compacted_to(&dir, compacted_to))
+                .await?;
             self.compaction.compacted_to.set(compacted_to);
         }
         Ok(outcome)
