@@ -426,12 +426,13 @@ fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, ServeError> {
     })
 }
 
-async fn accept_loop(
-    shard: Rc<Shard>,
-    listener: TcpListener,
-    connections: Arc<AtomicUsize>,
-    tasks: Rc<std::cell::Cell<usize>>,
-) {
+/// The next connection on `listener`, or `None` once the broker stops. A failed accept (out
+/// of descriptors, say) is logged and retried after a short pause.
+pub(crate) async fn accept_or_stop(
+    shard: &Shard,
+    listener: &glommio::net::TcpListener,
+    listener_name: &str,
+) -> Option<glommio::net::TcpStream> {
     loop {
         let accepted = async { Some(listener.accept().await) }
             .or(async {
@@ -439,14 +440,26 @@ async fn accept_loop(
                 None
             })
             .await;
-        let stream = match accepted {
-            None => return,
-            Some(Ok(stream)) => stream,
+        match accepted {
+            None => return None,
+            Some(Ok(stream)) => return Some(stream),
             Some(Err(error)) => {
-                warn!(%error, "accept failed");
+                warn!(%error, listener = listener_name, "accept failed");
                 glommio::timer::sleep(Duration::from_millis(10)).await;
-                continue;
             }
+        }
+    }
+}
+
+async fn accept_loop(
+    shard: Rc<Shard>,
+    listener: TcpListener,
+    connections: Arc<AtomicUsize>,
+    tasks: Rc<std::cell::Cell<usize>>,
+) {
+    loop {
+        let Some(stream) = accept_or_stop(&shard, &listener, "broker").await else {
+            return;
         };
         let Some(slot) = ConnectionSlot::try_take(&connections, shard.config.connections_max)
         else {

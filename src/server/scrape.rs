@@ -114,20 +114,8 @@ pub async fn serve_metrics(shard: Rc<Shard>, listener: TcpListener) {
     debug!(addr = ?listener.local_addr().ok(), "metrics endpoint serving /metrics");
     let in_flight = Rc::new(Cell::new(0usize));
     loop {
-        let accepted = async { Some(listener.accept().await) }
-            .or(async {
-                shard.shutdown.wait().await;
-                None
-            })
-            .await;
-        let stream = match accepted {
-            None => return,
-            Some(Ok(stream)) => stream,
-            Some(Err(error)) => {
-                warn!(%error, "metrics accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
+        let Some(stream) = crate::server::accept_or_stop(&shard, &listener, "metrics").await else {
+            return;
         };
         if in_flight.get() >= SCRAPES_IN_FLIGHT_MAX {
             Metrics::inc(&shard.metrics.metrics_bad_requests);
