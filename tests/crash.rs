@@ -20,7 +20,7 @@ use common::Broker;
 use pagurus::client::blocking::Client;
 use pagurus::protocol::native::{self, TopicSettings};
 use pagurus::protocol::record::{self, BatchHeader, encode_batch};
-use pagurus::shard::routing::partition_owner;
+use pagurus::protocol::routing::partition_owner;
 
 const TOPICS: [&str; 3] = ["crash-a", "crash-b", "crash-c"];
 const PARTITIONS: u32 = 2;

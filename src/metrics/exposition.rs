@@ -30,7 +30,7 @@ impl Kind {
 /// Labels that tell one member counter of a family from another.
 type MemberLabels = &'static [(&'static str, &'static str)];
 
-/// How core counters (`server::metrics::Metrics`, by field name) become one family.
+/// How core counters (`metrics::counters::Metrics`, by field name) become one family.
 struct CounterFamily {
     name: &'static str,
     kind: Kind,

@@ -10,4 +10,5 @@ pub mod hermit;
 pub mod native;
 pub mod payload;
 pub mod record;
+pub mod routing;
 pub mod wire;

@@ -20,7 +20,8 @@ pub mod recovery;
 pub mod retention;
 pub mod segment;
 pub mod verify;
-pub mod watch;
+// The signal moved to `crate::watch` (the client uses it too); re-exported for storage.
+pub use crate::watch;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
