@@ -24,10 +24,13 @@ impl SegmentList {
             .all(|pair| pair[1].base_offset == pair[0].next_offset)
     }
 
-    #[inline]
-    fn debug_check(&self) {
-        debug_assert!(!self.segments.is_empty());
-        debug_assert!(self.is_contiguous(), "segments must continue each other");
+    /// After every change (rolls, retention, compaction: rare, so in every build).
+    fn check(&self) {
+        assert!(
+            !self.segments.is_empty(),
+            "a log always has an active segment"
+        );
+        assert!(self.is_contiguous(), "segments must continue each other");
     }
 
     /// Every segment, oldest first.
@@ -93,7 +96,7 @@ impl SegmentList {
             "a new segment begins where the active one ends"
         );
         self.segments.push(segment);
-        self.debug_check();
+        self.check();
     }
 
     /// Removes the oldest closed segment (never the active one); `None` if there is none.
@@ -102,7 +105,7 @@ impl SegmentList {
             return None;
         }
         let removed = self.segments.remove(0);
-        self.debug_check();
+        self.check();
         Some(removed)
     }
 
@@ -120,6 +123,6 @@ impl SegmentList {
             "a rewritten segment keeps its base and end offsets"
         );
         self.segments[i] = segment;
-        self.debug_check();
+        self.check();
     }
 }

@@ -131,17 +131,31 @@ impl State {
         }
     }
 
-    /// Staged, written, durable: each a prefix of the one before.
-    #[inline]
+    /// Staged, written, durable: each a prefix of the one before, and the active segment
+    /// ends where staging does.
+    fn watermarks_ordered(&self) -> bool {
+        self.next_offset >= self.written_offset
+            && self.written_offset >= self.durable_offset
+            && self.next_offset == self.segments.active().next_offset
+    }
+
+    /// Checks the watermarks after an I/O step (once per round: cheap enough for every
+    /// build).
     pub(super) fn assert_watermarks(&self) {
-        debug_assert!(
-            self.next_offset >= self.written_offset && self.written_offset >= self.durable_offset,
-            "watermarks out of order: next {} written {} durable {}",
+        assert!(
+            self.watermarks_ordered(),
+            "watermarks out of order: next {} written {} durable {} active segment ends {}",
             self.next_offset,
             self.written_offset,
-            self.durable_offset
+            self.durable_offset,
+            self.segments.active().next_offset
         );
-        debug_assert_eq!(self.next_offset, self.segments.active().next_offset);
+    }
+
+    /// Checks the watermarks after staging (per batch: debug builds only).
+    #[inline]
+    pub(super) fn debug_assert_watermarks(&self) {
+        debug_assert!(self.watermarks_ordered(), "watermarks out of order");
     }
 
     /// Ok while batches may be staged (or are about to be, after a roll).
