@@ -111,6 +111,9 @@ fn every_appender_racing_close_gets_an_answer_and_acked_batches_survive() {
                 glommio::spawn_local(async move {
                     let mut acked = Vec::new();
                     for i in 0.. {
+                        // Requests arrive from sockets and other cores at any time, also
+                        // while close awaits its own write and sync.
+                        futures_lite::future::yield_now().await;
                         let payload = format!("p{producer} n{i}");
                         match log
                             .append(&encode_batch(0, b"", payload.as_bytes(), 1), None)
