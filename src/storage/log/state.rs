@@ -225,9 +225,11 @@ impl State {
             Lifecycle::Closing | Lifecycle::Fenced(_)
         ));
         if self.lifecycle == Lifecycle::Closing {
+            // Close wrote the pending buffer, or a failed write rolled it back. (A fence
+            // may leave batches pending: their appenders get `Fenced`.)
+            debug_assert!(self.pending.is_empty(), "close settles every staged batch");
             self.lifecycle = Lifecycle::Closed;
         }
-        debug_assert!(self.pending.is_empty(), "close settles every staged batch");
     }
 
     /// Any state -> Fenced (the first reason is kept).
