@@ -2,8 +2,8 @@
 //!
 //! # Map of the crate
 //!
-//! Layering (each layer uses only those above it): `protocol`, `limits`, `watch` and
-//! `metrics` know no sockets; `storage` knows files, not requests; `shard` is the
+//! Layering (each layer uses only those above it): `protocol`, `limits`, `clock`, `watch`
+//! and `metrics` know no sockets; `storage` knows files, not requests; `shard` is the
 //! location-transparent request API on one core (it never imports `server`); `server` is
 //! listeners and thin protocol front-ends over the shard; `client` uses only `protocol`,
 //! `limits` and `watch`.
@@ -14,6 +14,7 @@
 //!   of the wire contract: shard-aware clients compute it); [`protocol::wire`],
 //!   [`protocol::payload`].
 //! - [`limits`]: size and name limits checked before anything is allocated.
+//! - [`clock`]: wall-clock nanoseconds since the epoch, as timestamps are stored.
 //! - [`watch`]: the single-core "something changed" signal (commit waits, long polls).
 //! - [`config`]: `BrokerConfig`, what every core shares, immutable.
 //! - [`storage`]: segmented partition logs: mmapped index with CRCs, group commit, read
@@ -40,6 +41,7 @@ pub mod bench;
 #[cfg(feature = "cli")]
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod limits;
 pub mod metrics;
