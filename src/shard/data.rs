@@ -47,22 +47,8 @@ pub enum ProduceInFlight {
         base_offset: u64,
         last: Ticket,
     },
-    /// Sent to the owner core.
-    Remote(RemoteProduce),
-}
-
-/// A produce call in flight to another core; dropping it forgets the call.
-pub struct RemoteProduce {
-    shard: Rc<Shard>,
-    in_flight: Option<InFlight<Produce>>,
-}
-
-impl Drop for RemoteProduce {
-    fn drop(&mut self) {
-        if let Some(in_flight) = self.in_flight.take() {
-            self.shard.mesh.forget(in_flight);
-        }
-    }
+    /// Sent to the owner core; dropping it forgets the call.
+    Remote(InFlight<Produce>),
 }
 
 /// One partition in a metadata answer.
@@ -144,20 +130,14 @@ impl Shard {
         };
         Metrics::inc(&self.metrics.mesh_calls);
         let in_flight = self.mesh.start(owner, call).await?;
-        Ok(ProduceInFlight::Remote(RemoteProduce {
-            shard: Rc::clone(self),
-            in_flight: Some(in_flight),
-        }))
+        Ok(ProduceInFlight::Remote(in_flight))
     }
 
     /// True when [`Shard::finish_produce`] would not wait.
     pub fn produce_ready(&self, produce: &ProduceInFlight) -> bool {
         match produce {
             ProduceInFlight::Local { log, last, .. } => log.is_committed(last).unwrap_or(true),
-            ProduceInFlight::Remote(remote) => remote
-                .in_flight
-                .as_ref()
-                .is_none_or(|in_flight| self.mesh.is_answered(in_flight)),
+            ProduceInFlight::Remote(in_flight) => self.mesh.is_answered(in_flight),
         }
     }
 
@@ -175,10 +155,7 @@ impl Shard {
                     next_offset: last.end_offset,
                 })
             }
-            ProduceInFlight::Remote(mut remote) => {
-                let in_flight = remote.in_flight.take().expect("finished once");
-                self.mesh.finish(in_flight).await
-            }
+            ProduceInFlight::Remote(in_flight) => self.mesh.finish(in_flight).await,
         }
     }
 

@@ -10,6 +10,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::marker::PhantomData;
+use std::rc::Rc;
 use std::task::{Poll, Waker};
 
 use glommio::channels::channel_mesh::Senders;
@@ -38,14 +39,24 @@ pub struct Mesh {
     core: usize,
     senders: Option<Senders<Envelope>>,
     next_id: Cell<u64>,
-    slots: RefCell<HashMap<u64, Slot>>,
+    slots: Slots,
 }
 
+type Slots = Rc<RefCell<HashMap<u64, Slot>>>;
+
 /// A call sent and not yet answered; [`Mesh::finish`] collects its typed reply. Dropping it
-/// forgets the call (a late answer is dropped).
+/// (the caller went away, or gave up) removes its reply slot: a late answer is dropped,
+/// and no slot outlives its caller.
 pub struct InFlight<C: MeshCall> {
     id: u64,
+    slots: Slots,
     call: PhantomData<fn() -> C>,
+}
+
+impl<C: MeshCall> Drop for InFlight<C> {
+    fn drop(&mut self) {
+        self.slots.borrow_mut().remove(&self.id);
+    }
 }
 
 impl Mesh {
@@ -54,7 +65,7 @@ impl Mesh {
             core,
             senders,
             next_id: Cell::new(0),
-            slots: RefCell::new(HashMap::new()),
+            slots: Rc::new(RefCell::new(HashMap::new())),
         }
     }
 
@@ -77,10 +88,14 @@ impl Mesh {
         };
         let id = self.next_id.get();
         self.next_id.set(id + 1);
-        // Armed before the send's await: a caller dropped while the send waits for room in
-        // the channel must not leave its slot behind.
-        let slot = SlotGuard { mesh: self, id };
+        // Made before the send's await: a caller dropped while the send waits for room in
+        // the channel drops it, and with it the slot.
         self.slots.borrow_mut().insert(id, Slot::default());
+        let in_flight = InFlight {
+            id,
+            slots: Rc::clone(&self.slots),
+            call: PhantomData,
+        };
         let envelope = Envelope::Call {
             from: self.core,
             id,
@@ -92,17 +107,12 @@ impl Mesh {
                 format!("core {to} is gone"),
             ));
         }
-        std::mem::forget(slot);
-        Ok(InFlight {
-            id,
-            call: PhantomData,
-        })
+        Ok(in_flight)
     }
 
     /// Waits for the reply to a call in flight.
     pub async fn finish<C: MeshCall>(&self, in_flight: InFlight<C>) -> Result<C::Reply, Failure> {
         let id = in_flight.id;
-        let _forget = SlotGuard { mesh: self, id };
         let answer = poll_fn(|cx| {
             let mut slots = self.slots.borrow_mut();
             let Some(slot) = slots.get_mut(&id) else {
@@ -117,6 +127,7 @@ impl Mesh {
             }
         })
         .await;
+        drop(in_flight);
         match answer {
             Some(answer) => C::reply(answer),
             None => Err(Failure::new(ErrorCode::Internal, "answer slot vanished")),
@@ -133,12 +144,7 @@ impl Mesh {
 
     /// Gives up on a call in flight; a late answer is dropped.
     pub fn forget<C: MeshCall>(&self, in_flight: InFlight<C>) {
-        self.slots.borrow_mut().remove(&in_flight.id);
-    }
-
-    /// Reply slots waiting now (a gauge for tests and metrics: it must not grow).
-    pub fn slots_waiting(&self) -> usize {
-        self.slots.borrow().len()
+        drop(in_flight);
     }
 
     /// Sends an answer back to the core that called.
@@ -161,16 +167,5 @@ impl Mesh {
                 waker.wake();
             }
         }
-    }
-}
-
-struct SlotGuard<'a> {
-    mesh: &'a Mesh,
-    id: u64,
-}
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        self.mesh.slots.borrow_mut().remove(&self.id);
     }
 }
