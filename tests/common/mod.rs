@@ -98,8 +98,16 @@ impl Broker {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(client) = Client::connect(self.addr) {
-                drop(client);
+            // Ready when the main port and every core's shard port answer: each core binds
+            // its own listeners, so the main port can be up before another core's port.
+            let shard_ports = !self.args.iter().any(|a| a == "--no-shard-ports");
+            if Client::connect(self.addr).is_ok()
+                && (!shard_ports
+                    || (0..self.cores).all(|core| {
+                        let port = self.addr.port() + 1 + core as u16;
+                        Client::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_ok()
+                    }))
+            {
                 return Ok(());
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
