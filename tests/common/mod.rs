@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use pagurus::client::blocking::Client;
 
+pub mod powerfs;
+
 pub struct Broker {
     child: Option<Child>,
     pub addr: SocketAddr,

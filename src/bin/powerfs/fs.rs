@@ -128,9 +128,10 @@ impl Inner {
 }
 
 /// Open flags for the backing file: what the kernel already handled is dropped (creation,
-/// append positions, direct I/O; truncation is done through the model).
+/// append positions, direct I/O; truncation is done through the model). Always read and
+/// write: the kernel checked the access mode, and it may read through any handle of the
+/// file (to fill a page) or write back a mapping through it.
 fn backing_open(path: &std::path::Path, flags: i32) -> io::Result<File> {
-    let access = flags & libc::O_ACCMODE;
     let keep = flags
         & !(libc::O_ACCMODE
             | libc::O_CREAT
@@ -139,8 +140,8 @@ fn backing_open(path: &std::path::Path, flags: i32) -> io::Result<File> {
             | libc::O_APPEND
             | libc::O_DIRECT);
     OpenOptions::new()
-        .read(access != libc::O_WRONLY)
-        .write(access != libc::O_RDONLY)
+        .read(true)
+        .write(true)
         .custom_flags(keep)
         .open(path)
 }
