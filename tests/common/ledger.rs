@@ -79,7 +79,7 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    fn record_acked(&mut self, topic: &str, partition: u32, base: u64, batches: Vec<Expected>) {
+    pub fn record_acked(&mut self, topic: &str, partition: u32, base: u64, batches: Vec<Expected>) {
         let log = self
             .acked
             .entry((topic.to_string(), partition))
@@ -95,7 +95,7 @@ impl Ledger {
         }
     }
 
-    fn record_unknown(&mut self, batches: impl IntoIterator<Item = Expected>) {
+    pub fn record_unknown(&mut self, batches: impl IntoIterator<Item = Expected>) {
         self.unknown.extend(batches.into_iter().map(|b| b.tag));
     }
 }
