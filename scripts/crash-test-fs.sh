@@ -40,7 +40,7 @@ for fs in $FILESYSTEMS; do
   case $fs in
     ext4) mkfs.ext4 -q -F "$loop" ;;
     xfs) mkfs.xfs -q -f "$loop" ;;
-    btrfs) mkfs.btrfs -q -f "$loop" ;;
+    btrfs) mkfs.btrfs -q -f "$loop" >/dev/null ;;
     *) echo "unknown file system $fs"; exit 2 ;;
   esac
   mount "$loop" "$work/mnt"
