@@ -4,6 +4,8 @@
 //! new offsets shards happen), a thread that creates, fills and deletes topics, a thread
 //! that runs compaction passes, and a topic under size retention. At a random moment:
 //! `kill -9`, then a power cut (everything not made durable is dropped), remount, restart.
+//! Half the rounds first have a stretch ended by `kill -9` alone and a restart, so the broker
+//! also works on directory entries a killed run made.
 //! A fresh consumer then checks that every acknowledged batch is there exactly once at its
 //! offset byte for byte, nothing corrupt is served, commits are back, and the broker
 //! started by itself. The very first start is also cut at a random moment.
@@ -75,7 +77,7 @@ struct Churn {
 
 fn churn(
     addr: std::net::SocketAddr,
-    round: usize,
+    stretch: &str,
     seed: u64,
     ledger: &Mutex<Ledger>,
     state: &Mutex<Churn>,
@@ -86,7 +88,7 @@ fn churn(
     };
     let _ = client.set_read_timeout(Some(Duration::from_secs(60)));
     for n in 0u64.. {
-        let name = format!("churn-r{round}-{n}");
+        let name = format!("churn-{stretch}-{n}");
         let settings = TopicSettings {
             partitions: 1,
             ..Default::default()
@@ -113,6 +115,69 @@ fn churn(
             }
             ledger.lock().unwrap().acked.remove(&(name.clone(), 0));
         }
+    }
+}
+
+/// One stretch of load on a running broker, ended by `kill -9` at a random moment.
+struct Load<'a> {
+    round: usize,
+    phase: u64,
+    targets: &'a [(String, u32)],
+    churned: &'a Arc<Mutex<Churn>>,
+}
+
+impl Load<'_> {
+    fn then_kill(&self, broker: &mut Broker, rng: &mut Rng, ledger: Ledger) -> Ledger {
+        let (round, phase) = (self.round, self.phase);
+        let shared = Arc::new(Mutex::new(ledger));
+        let mut threads = Vec::new();
+        let addr = broker.addr;
+        for id in 0..PRODUCERS {
+            let (shared, seed, targets) = (Arc::clone(&shared), rng.next(), self.targets.to_vec());
+            let id = format!("r{round}p{phase}w{id}");
+            threads.push(std::thread::spawn(move || {
+                ledger::produce(addr, &id, seed, &shared, &targets, IN_FLIGHT)
+            }));
+        }
+        {
+            let (shared, seed) = (Arc::clone(&shared), rng.next());
+            let id = format!("r{round}p{phase}");
+            threads.push(std::thread::spawn(move || {
+                ledger::produce_v1(addr, &id, seed, &shared, "pl-a", 1)
+            }));
+        }
+        {
+            let shared = Arc::clone(&shared);
+            let groups: Vec<String> = (0..4).map(|g| format!("group-r{round}-{g}")).collect();
+            let targets = self.targets.to_vec();
+            threads.push(std::thread::spawn(move || {
+                ledger::commit(
+                    addr,
+                    &groups,
+                    &targets,
+                    round as u64 * 1_000_000 + phase * 100_000,
+                    &shared,
+                )
+            }));
+        }
+        {
+            let (shared, churned, seed) =
+                (Arc::clone(&shared), Arc::clone(self.churned), rng.next());
+            threads.push(std::thread::spawn(move || {
+                churn(addr, &format!("r{round}p{phase}"), seed, &shared, &churned)
+            }));
+        }
+        threads.push(std::thread::spawn(move || compact(addr)));
+        std::thread::sleep(Duration::from_millis(300 + rng.below(1700)));
+        broker.kill();
+        for t in threads {
+            t.join().expect("client thread");
+        }
+        Arc::try_unwrap(shared)
+            .ok()
+            .expect("threads ended")
+            .into_inner()
+            .unwrap()
     }
 }
 
@@ -191,48 +256,21 @@ fn run(mode: Mode) {
     let churned = Arc::new(Mutex::new(Churn::default()));
     let started = Instant::now();
     for round in 1..=rounds {
-        let shared = Arc::new(Mutex::new(std::mem::take(&mut ledger)));
-        let mut threads = Vec::new();
-        let addr = broker.addr;
-        for id in 0..PRODUCERS {
-            let (shared, seed, targets) = (Arc::clone(&shared), rng.next(), targets.clone());
-            let id = format!("r{round}w{id}");
-            threads.push(std::thread::spawn(move || {
-                ledger::produce(addr, &id, seed, &shared, &targets, IN_FLIGHT)
-            }));
+        // Sometimes a kill -9 without a power cut first: the restarted broker then works
+        // on directory entries the killed one made, which must be durable too.
+        let phases = 1 + rng.below(2);
+        for phase in 0..phases {
+            let run = Load {
+                round,
+                phase,
+                targets: &targets,
+                churned: &churned,
+            };
+            ledger = run.then_kill(&mut broker, &mut rng, std::mem::take(&mut ledger));
+            if phase + 1 < phases {
+                broker.restart();
+            }
         }
-        {
-            let (shared, seed) = (Arc::clone(&shared), rng.next());
-            let id = format!("r{round}");
-            threads.push(std::thread::spawn(move || {
-                ledger::produce_v1(addr, &id, seed, &shared, "pl-a", 1)
-            }));
-        }
-        {
-            let shared = Arc::clone(&shared);
-            let groups: Vec<String> = (0..4).map(|g| format!("group-r{round}-{g}")).collect();
-            let targets = targets.clone();
-            threads.push(std::thread::spawn(move || {
-                ledger::commit(addr, &groups, &targets, round as u64 * 1_000_000, &shared)
-            }));
-        }
-        {
-            let (shared, churned, seed) = (Arc::clone(&shared), Arc::clone(&churned), rng.next());
-            threads.push(std::thread::spawn(move || {
-                churn(addr, round, seed, &shared, &churned)
-            }));
-        }
-        threads.push(std::thread::spawn(move || compact(addr)));
-        std::thread::sleep(Duration::from_millis(300 + rng.below(1700)));
-        broker.kill();
-        for t in threads {
-            t.join().expect("client thread");
-        }
-        ledger = Arc::try_unwrap(shared)
-            .ok()
-            .expect("threads ended")
-            .into_inner()
-            .unwrap();
         let report = fs.power_cut();
         fs.remount();
         broker.restart();
