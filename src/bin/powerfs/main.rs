@@ -86,13 +86,20 @@ fn run(args: &Args) -> std::io::Result<()> {
     let signal = signals.forever().next().unwrap_or(SIGTERM);
     let mount = args.mount.canonicalize()?;
     if let Err(e) = background.umount_and_join() {
-        // Something still has a file open: detach the mount instead. The process exits
-        // below, which ends the FUSE connection for whatever still holds it.
-        eprintln!("powerfs: unmount failed ({e}); detaching");
+        // Either the unmount worked and the session ended with the connection's abort
+        // (ECONNABORTED), or something still has a file open: then detach the mount. The
+        // process exits below, which ends the FUSE connection for whatever still holds it.
         let path = std::ffi::CString::new(mount.as_os_str().as_encoded_bytes())?;
         // SAFETY: umount2 with a NUL-terminated path that outlives the call.
         if unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) } != 0 {
-            return Err(std::io::Error::last_os_error());
+            let detach = std::io::Error::last_os_error();
+            // EINVAL: not a mount point any more, so the unmount did work.
+            if detach.raw_os_error() != Some(libc::EINVAL) {
+                eprintln!("powerfs: unmount failed ({e}), and detaching too ({detach})");
+                return Err(detach);
+            }
+        } else {
+            eprintln!("powerfs: unmount failed ({e}); detached");
         }
     }
     if signal != SIGUSR1 {
