@@ -79,9 +79,10 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         .validate()
         .map_err(|e| ServeError::Config(e.to_string()))?;
     let data_dir = config.data_dir.display().to_string();
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| ServeError::DataDir {
+    // Durable in its parent at first start, and its own entries durable at every start.
+    crate::storage::fs::prepare_data_dir(&config.data_dir).map_err(|e| ServeError::DataDir {
         path: data_dir.clone(),
-        source,
+        source: std::io::Error::other(e.to_string()),
     })?;
     // Absolute from here on: glommio's directory handles fail on relative paths ("Bad file
     // descriptor" opening a partition directory on a core other than the first).

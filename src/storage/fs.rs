@@ -24,25 +24,88 @@ pub fn sync_dir(dir: &Path) -> Result<(), StorageError> {
 }
 
 /// Creates `dir` and any missing parents, fsyncing each parent after an entry is added to
-/// it, so the new directories survive a crash (a partition created, acknowledged, and then
-/// lost with its directory entry would lose acknowledged data).
+/// it, so the new directories survive a power cut (a partition created, acknowledged, and
+/// then lost with its directory entry would lose acknowledged data). When `dir` already
+/// exists its parent is fsynced anyway: an earlier run may have made it and been killed
+/// before that fsync, leaving an entry that exists but is not durable.
 ///
 /// Power cut: a prefix of the missing directories exists afterwards (each empty); calling
 /// this again finishes the job.
 pub fn create_dir_durable(dir: &Path) -> Result<(), StorageError> {
-    if dir.is_dir() {
+    if create_missing(dir)? {
         return Ok(());
     }
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        create_dir_durable(parent)?;
+    match parent_of(dir) {
+        Some(parent) => sync_dir(parent),
+        None => Ok(()),
+    }
+}
+
+/// Creates what is missing of `dir`, each new directory fsynced in its parent; true when
+/// `dir` itself was created here.
+fn create_missing(dir: &Path) -> Result<bool, StorageError> {
+    if dir.is_dir() {
+        return Ok(false);
+    }
+    if let Some(parent) = parent_of(dir) {
+        create_missing(parent)?;
     }
     match fs::create_dir(dir) {
         Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
+        // Another core made it meanwhile; the caller fsyncs the parent.
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
         Err(e) => return Err(StorageError::io(dir, e)),
     }
-    match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(parent) => sync_dir(parent),
+    if let Some(parent) = parent_of(dir) {
+        sync_dir(parent)?;
+    }
+    Ok(true)
+}
+
+fn parent_of(path: &Path) -> Option<&Path> {
+    path.parent().filter(|p| !p.as_os_str().is_empty())
+}
+
+/// Prepares the data directory at start: creates it (and its missing parents) durably, so
+/// the data directory itself is durable in its parent at first start, then fsyncs it, so
+/// the entries directly in it (`topics/`, `offsets/`, `trash/`) that a killed earlier run
+/// made are durable before anything is stored under them.
+///
+/// Power cut: as [`create_dir_durable`]; nothing is written.
+pub fn prepare_data_dir(dir: &Path) -> Result<(), StorageError> {
+    create_dir_durable(dir)?;
+    sync_dir(dir)
+}
+
+/// Renames `from` to `to` (atomically replacing `to` if it exists) and makes both ends
+/// durable: fsyncs the directory `to` is in, then, when it is another one, the directory
+/// `from` was in. In that order a power cut can never leave the entry in neither place.
+///
+/// Power cut: before the first fsync returns, the old name or the new (POSIX does not say
+/// which); between the two, across directories, possibly both; afterwards, the new.
+pub fn rename_durable(from: &Path, to: &Path) -> Result<(), StorageError> {
+    fs::rename(from, to).map_err(|e| StorageError::io(from, e))?;
+    let (old_dir, new_dir) = (parent_of(from), parent_of(to));
+    if let Some(dir) = new_dir {
+        sync_dir(dir)?;
+    }
+    match old_dir {
+        Some(dir) if old_dir != new_dir => sync_dir(dir),
+        _ => Ok(()),
+    }
+}
+
+/// Removes the file `path` (a missing one is fine) and fsyncs its directory.
+///
+/// Power cut: before the fsync returns, the file may still be there, whole.
+pub fn remove_file_durable(path: &Path) -> Result<(), StorageError> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(StorageError::io(path, e)),
+    }
+    match parent_of(path) {
+        Some(dir) => sync_dir(dir),
         None => Ok(()),
     }
 }

@@ -61,8 +61,7 @@ pub async fn open_segments(
     let marker = dir.join(CLEAN_MARKER);
     let clean = marker.exists();
     if clean {
-        fs::remove_file(&marker).map_err(|e| StorageError::io(&marker, e))?;
-        sync_dir(dir)?;
+        fs_durable::remove_file_durable(&marker)?;
     }
     let recovery_point = if clean {
         u64::MAX
