@@ -5,10 +5,14 @@
 //! - [`mesh`]: calls and answers between cores.
 //! - [`topics`]: topic metadata, its files, and the controller's create/delete.
 //! - [`offsets`]: consumer group offsets in 256 shards of internal logs.
+//! - [`groups`]: consumer group membership, one sans-IO state machine for every protocol.
+//! - [`producers`]: idempotent producers' sequences per partition, sans-IO.
 
 pub mod compaction;
+pub mod groups;
 pub mod mesh;
 pub mod offsets;
+pub mod producers;
 pub mod routing;
 pub mod topics;
 
