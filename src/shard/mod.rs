@@ -14,14 +14,18 @@
 //! - [`mesh`]: calls and answers between cores.
 //! - [`topics`]: topic metadata, its files, and the controller's create/delete.
 //! - [`offsets`]: consumer group offsets in 256 shards of internal logs.
+//! - [`membership`]: consumer group membership, one sans-IO state machine for every protocol.
+//! - [`producers`]: idempotent producers' sequences per partition, sans-IO.
 
 pub mod admin;
 pub mod calls;
 pub mod compaction;
 pub mod data;
 pub mod groups;
+pub mod membership;
 pub mod mesh;
 pub mod offsets;
+pub mod producers;
 mod receive;
 pub mod snapshot;
 pub mod topics;

@@ -1,0 +1,89 @@
+//! The groups one core coordinates, bounded in number.
+
+use std::collections::BTreeMap;
+
+use super::{Group, GroupLimits, GroupState, Reply};
+
+/// Why a group could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("this core already coordinates {max} groups")]
+pub struct GroupLimitReached {
+    pub max: usize,
+}
+
+/// Every group whose coordinator is this core.
+#[derive(Debug, Clone)]
+pub struct Groups {
+    groups: BTreeMap<String, Group>,
+    groups_max: usize,
+    limits: GroupLimits,
+}
+
+impl Groups {
+    pub fn new(groups_max: usize, limits: GroupLimits) -> Groups {
+        Groups {
+            groups: BTreeMap::new(),
+            groups_max,
+            limits,
+        }
+    }
+
+    /// The group, made Empty if it does not exist (a join makes groups, as in Kafka).
+    pub fn get_or_create(&mut self, id: &str) -> Result<&mut Group, GroupLimitReached> {
+        if !self.groups.contains_key(id) {
+            if self.groups.len() >= self.groups_max {
+                return Err(GroupLimitReached {
+                    max: self.groups_max,
+                });
+            }
+            self.groups
+                .insert(id.to_string(), Group::new(id.to_string(), self.limits));
+        }
+        Ok(self.groups.get_mut(id).expect("inserted"))
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Group> {
+        self.groups.get(id)
+    }
+
+    pub fn get_mut(&mut self, id: &str) -> Option<&mut Group> {
+        self.groups.get_mut(id)
+    }
+
+    /// Time passing for every group; dead ones are forgotten.
+    pub fn tick(&mut self, now_ms: u64) -> Vec<(String, Reply)> {
+        let mut replies = Vec::new();
+        for (id, group) in &mut self.groups {
+            replies.extend(group.tick(now_ms).into_iter().map(|r| (id.clone(), r)));
+        }
+        self.groups.retain(|_, g| g.state() != GroupState::Dead);
+        replies
+    }
+
+    /// (group id, state name, protocol type) of every group.
+    pub fn list(&self) -> impl Iterator<Item = (&str, &'static str, Option<&str>)> {
+        self.groups
+            .values()
+            .map(|g| (g.id.as_str(), g.state().name(), g.protocol_type()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_are_bounded_and_dead_ones_go() {
+        let mut groups = Groups::new(1, GroupLimits::default());
+        groups.get_or_create("a").unwrap();
+        assert_eq!(
+            groups.get_or_create("b").unwrap_err(),
+            GroupLimitReached { max: 1 }
+        );
+        groups.get_mut("a").unwrap().delete().unwrap();
+        groups.tick(0);
+        assert!(groups.get("a").is_none());
+        groups.get_or_create("b").unwrap();
+        assert_eq!(groups.list().count(), 1);
+    }
+}
