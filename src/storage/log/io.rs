@@ -180,6 +180,10 @@ impl PartitionLog {
                 st.assert_watermarks();
                 self.bump(|s| s.writes += 1);
                 crate::metrics::io::record_write_round(batches);
+                drop(st);
+                if self.config.fsync != FsyncPolicy::Always {
+                    self.write_back(position + len as u64);
+                }
                 Ok(())
             }
             outcome => {

@@ -61,6 +61,7 @@ mod stage;
 mod state;
 #[cfg(test)]
 mod tests;
+mod writeback;
 
 pub use read::{ReadPlan, StoredBatch, read_planned};
 pub(crate) use segments::SegmentList;
@@ -118,6 +119,8 @@ pub struct PartitionLog {
     pub(super) compaction: crate::storage::compaction::CompactionState,
     /// Bytes from disk not yet checked, and batches found damaged (see [`crate::storage::verify`]).
     checks: RefCell<Checks>,
+    /// Write-out of the active WAL under `never` and `interval` (see [`writeback`]).
+    writeback: writeback::Writeback,
 }
 
 impl Drop for PartitionLog {
@@ -155,6 +158,7 @@ impl PartitionLog {
             io_signal: Rc::new(io::IoSignal::default()),
             compaction,
             checks: RefCell::new(checks),
+            writeback: writeback::Writeback::default(),
         });
         log.start_io_task();
         Ok(log)

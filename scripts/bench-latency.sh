@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The latency workloads of bench.sh, in two configurations: unpinned (broker and client
+# anywhere), and pinned apart with taskset (broker on BROKER_CPUS, the bench client on
+# CLIENT_CPUS), so the broker's latency can be told from the client's. Prints one table.
+#
+#   scripts/bench-latency.sh                 # both configurations
+#   TASKSET=only scripts/bench-latency.sh    # pinned only; TASKSET=0: unpinned only
+#   QUICK=1 scripts/bench-latency.sh         # 2 s runs: a smoke test
+#   RATE=500000 BROKER_CPUS=0 CLIENT_CPUS=1 scripts/bench-latency.sh
+#
+# Workloads (as bench.sh c and d): one 100 B message in flight under fsync always and
+# never; 10 producers, 4 partitions, batches of 100 x 100 B, open loop at RATE msg/s under
+# always (bench.sh uses half of its measured max; give that figure as RATE). With 2 CPUs,
+# pinning leaves the broker one CPU: both rows matter. See docs/LATENCY.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+QUICK=${QUICK:-0}
+DURATION=${DURATION:-10}
+[ "$QUICK" = 1 ] && DURATION=2
+RATE=${RATE:-500000}
+TASKSET=${TASKSET:-1}
+BROKER_CPUS=${BROKER_CPUS:-0}
+CLIENT_CPUS=${CLIENT_CPUS:-1}
+command -v python3 >/dev/null || { echo "bench-latency.sh needs python3"; exit 1; }
+cargo build --release --quiet
+BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
+OUT=${OUT:-bench-results/latency-$(date +%Y%m%d-%H%M%S)}
+mkdir -p "$OUT"
+WORK=$(mktemp -d)
+BROKER=""
+cleanup() { [ -n "$BROKER" ] && kill -9 "$BROKER" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+case $TASKSET in
+  0) CONFIGS=(unpinned) ;;
+  only) CONFIGS=(pinned) ;;
+  *) CONFIGS=(unpinned pinned) ;;
+esac
+
+run() { # config, policy, label, bench args...
+  local config=$1 policy=$2 label=$3; shift 3
+  local broker_pin=() client_pin=()
+  if [ "$config" = pinned ]; then
+    broker_pin=(taskset -c "$BROKER_CPUS"); client_pin=(taskset -c "$CLIENT_CPUS")
+  fi
+  PORT=$((12000 + RANDOM % 18000))  # below the ephemeral range (see bench.sh)
+  rm -rf "$WORK/data"
+  "${broker_pin[@]}" "$BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --fsync "$policy" \
+    2>"$OUT/broker-$config-$label.log" &
+  BROKER=$!
+  for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.05; done
+  echo ">> $config $label: pagurus bench $*" >&2
+  "${client_pin[@]}" timeout $((DURATION + 60)) "$BIN" bench --broker 127.0.0.1:$PORT --json --quiet \
+    --out "$OUT" --label "$config-$label" --duration "$DURATION" --warmup 1 --topic-prefix "$label" "$@" \
+    >"$OUT/$config-$label.json"
+  kill -TERM "$BROKER"; wait "$BROKER" || true; BROKER=""
+}
+
+for config in "${CONFIGS[@]}"; do
+  run "$config" always one-always --producers 1 --consumers 1 --size 100 --batch 1 --in-flight 1
+  run "$config" never one-never --producers 1 --consumers 1 --size 100 --batch 1 --in-flight 1
+  run "$config" always half-always --producers 10 --consumers 2 --partitions 4 --size 100 \
+    --batch 100 --in-flight 8 --rate "$RATE"
+done
+
+python3 - "$OUT" "$BROKER_CPUS" "$CLIENT_CPUS" "${CONFIGS[@]}" <<'PY' | tee "$OUT/summary.md"
+import json, sys
+out, bcpus, ccpus, configs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
+print(f"pinned = broker on CPUs {bcpus}, bench client on CPUs {ccpus} (taskset). Latencies in us.")
+print()
+print("| config | workload | produce msg/s | ack p50 / p90 / p99 / p99.9 / max | e2e p50 / p99 / max |")
+print("|---|---|---|---|---|")
+for config in configs:
+    for label in ("one-always", "one-never", "half-always"):
+        r = json.load(open(f"{out}/{config}-{label}.json"))
+        p, a, e = r["produce"], r["produce"]["ack_latency_us"], r["end_to_end_latency_us"]
+        lat = lambda h, keys: " / ".join(f"{h[k]:,.0f}" for k in keys)
+        print(f"| {config} | {label} | {p['msgs_per_s']:,.0f} | {lat(a, ['p50', 'p90', 'p99', 'p999', 'max'])} "
+              f"| {lat(e, ['p50', 'p99', 'max'])} |")
+PY
