@@ -6,6 +6,7 @@
 //!   both the on-disk and the on-the-wire format.
 //! - [`storage`]: segmented partition logs: mmapped index with CRCs, group commit, read
 //!   plans for zero-copy sends, crash recovery.
+//! - [`clock`]: wall-clock nanoseconds since the epoch, as timestamps are stored.
 //! - [`limits`]: size and name limits checked before anything is allocated.
 //! - [`metrics`]: Prometheus metrics: per-core recording, snapshots, text exposition.
 //!
@@ -15,6 +16,7 @@
 pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod clock;
 pub mod config;
 pub mod limits;
 pub mod metrics;

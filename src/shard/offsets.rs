@@ -133,7 +133,7 @@ impl OffsetStore {
     pub async fn commit(&self, key: Vec<u8>, offset: u64) -> Result<(), Failure> {
         let slot = self.shard(shard_of(&key)).await?;
         let log = Rc::clone(&slot.borrow().as_ref().expect("opened").log);
-        let committed_at_ns = crate::storage::log::now_ns();
+        let committed_at_ns = crate::clock::now_ns();
         let mut value = Vec::with_capacity(VALUE_LEN);
         value.put_u64(offset);
         value.put_u64(committed_at_ns);

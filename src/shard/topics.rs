@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::protocol::native::{ErrorCode, TopicSettings};
-use crate::storage::open::sync_dir;
+use crate::storage::fs::{create_dir_durable, sync_dir, write_file_durable};
 use crate::storage::{FsyncPolicy, LogConfig, SEGMENT_BYTES_MAX, StorageError};
 
 /// File holding a topic's settings inside its directory.
@@ -189,15 +189,8 @@ impl TopicMeta {
     pub fn persist(&self, data_dir: &Path) -> Result<(), StorageError> {
         let topics = topics_dir(data_dir);
         let dir = topics.join(&self.name);
-        crate::storage::open::create_dir_durable(&dir)?;
-        let tmp = dir.join(format!("{META_FILE}.tmp"));
-        let path = dir.join(META_FILE);
-        fs::write(&tmp, self.encode()).map_err(|e| StorageError::io(&tmp, e))?;
-        fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| StorageError::io(&tmp, e))?;
-        fs::rename(&tmp, &path).map_err(|e| StorageError::io(&path, e))?;
-        sync_dir(&dir)?;
+        create_dir_durable(&dir)?;
+        write_file_durable(&dir, META_FILE, self.encode().as_bytes())?;
         sync_dir(&topics)
     }
 }
@@ -240,7 +233,7 @@ pub fn remove_topic_dir(data_dir: &Path, name: &str) -> Result<(), StorageError>
     }
     let trash = data_dir.join("trash");
     fs::create_dir_all(&trash).map_err(|e| StorageError::io(&trash, e))?;
-    let target = trash.join(format!("{name}.{}", crate::storage::log::now_ns()));
+    let target = trash.join(format!("{name}.{}", crate::clock::now_ns()));
     fs::rename(&dir, &target).map_err(|e| StorageError::io(&dir, e))?;
     sync_dir(&topics_dir(data_dir))?;
     fs::remove_dir_all(&target).map_err(|e| StorageError::io(&target, e))
