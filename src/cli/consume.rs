@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::cli::{ANSWER_TIMEOUT, DEFAULT_BROKER, connect, describe};
+use crate::cli::{BrokerArgs, ReconnectArgs, connection_lost, describe, reconnect};
 use crate::client::blocking::Client;
 use crate::client::consume::{Batch, StartAt};
 use crate::limits::Limits;
@@ -15,9 +15,8 @@ use crate::protocol::record::BatchHeader;
 
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
-    /// Broker address (host:port).
-    #[arg(long, env = "PAGURUS_BROKER", default_value = DEFAULT_BROKER)]
-    pub broker: String,
+    #[command(flatten)]
+    pub target: BrokerArgs,
     /// Topic to read (it must exist).
     #[arg(long)]
     pub topic: String,
@@ -50,6 +49,8 @@ pub struct ConsumeArgs {
     /// Soft limit on the bytes of batches one fetch returns.
     #[arg(long, default_value_t = 1024 * 1024)]
     pub max_bytes: u32,
+    #[command(flatten)]
+    pub reconnect: ReconnectArgs,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -60,10 +61,7 @@ pub enum Format {
 
 pub fn run(args: ConsumeArgs) -> Result<(), String> {
     let wait_ms = if args.exit_at_end { 0 } else { args.wait_ms };
-    let mut client = connect(
-        &args.broker,
-        ANSWER_TIMEOUT + Duration::from_millis(wait_ms.into()),
-    )?;
+    let mut client = args.target.connect(Duration::from_millis(wait_ms.into()))?;
     let committed = match &args.group {
         Some(group) => client
             .fetch_offset(group, &args.topic, args.partition)
@@ -151,24 +149,27 @@ impl<W: Write> Consumer<'_, W> {
             max_payload_bytes: u64::MAX,
         };
         while !self.done() {
-            let fetched = self
-                .client
-                .fetch(
-                    &self.args.topic,
-                    self.args.partition,
-                    self.next,
-                    self.args.max_bytes,
-                    Duration::from_millis(wait_ms.into()),
-                )
-                .map_err(|e| {
-                    format!(
-                        "fetching {}/{} at offset {}: {}",
-                        self.args.topic,
-                        self.args.partition,
-                        self.next,
-                        describe(&e)
+            let fetched = match self.client.fetch(
+                &self.args.topic,
+                self.args.partition,
+                self.next,
+                self.args.max_bytes,
+                Duration::from_millis(wait_ms.into()),
+            ) {
+                Ok(fetched) => fetched,
+                // A restarted broker: go on at the next offset on a new connection.
+                Err(e) if connection_lost(&e) => {
+                    self.client = reconnect(
+                        &self.args.target,
+                        &self.args.reconnect,
+                        Duration::from_millis(wait_ms.into()),
+                        &e,
                     )
-                })?;
+                    .map_err(|e| self.fetch_error(e))?;
+                    continue;
+                }
+                Err(e) => return Err(self.fetch_error(describe(&e)).into()),
+            };
             for batch in &fetched.batches {
                 let header = BatchHeader::decode(batch, &limits).expect("checked by the client");
                 self.print_batch(batch, &header)?;
@@ -184,6 +185,13 @@ impl<W: Write> Consumer<'_, W> {
             }
         }
         Ok(())
+    }
+
+    fn fetch_error(&self, why: String) -> String {
+        format!(
+            "fetching {}/{} at offset {}: {why}",
+            self.args.topic, self.args.partition, self.next
+        )
     }
 
     /// Prints the records of a batch from `self.next` on, until `--count` is reached. A

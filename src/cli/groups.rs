@@ -2,13 +2,12 @@
 
 use clap::{Args, Subcommand};
 
-use crate::cli::{ANSWER_TIMEOUT, DEFAULT_BROKER, connect, describe, print_out, table};
+use crate::cli::{BrokerArgs, describe, print_out, table};
 
 #[derive(Debug, Args)]
 pub struct GroupsArgs {
-    /// Broker address (host:port).
-    #[arg(long, global = true, env = "PAGURUS_BROKER", default_value = DEFAULT_BROKER)]
-    pub broker: String,
+    #[command(flatten)]
+    pub target: BrokerArgs,
     #[command(subcommand)]
     pub command: GroupsCommand,
 }
@@ -26,7 +25,7 @@ pub enum GroupsCommand {
 }
 
 pub fn run(args: GroupsArgs) -> Result<(), String> {
-    let mut client = connect(&args.broker, ANSWER_TIMEOUT)?;
+    let mut client = args.target.connect(std::time::Duration::ZERO)?;
     match args.command {
         GroupsCommand::List => {
             let groups = client.list_groups().map_err(|e| describe(&e))?;

@@ -115,18 +115,140 @@ fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
 /// Broker address the client subcommands use unless told otherwise.
 const DEFAULT_BROKER: &str = "127.0.0.1:9092";
 
-/// How long a client subcommand waits for an answer beyond what the request itself asks
-/// for (a long poll), before it gives up on the broker.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+/// Port of a `--broker` given without one.
+const DEFAULT_PORT: u16 = 9092;
 
-/// Connects to the broker; the error names the address.
-fn connect(broker: &str, read_timeout: Duration) -> Result<Client, String> {
-    let client = Client::connect(broker)
-        .map_err(|e| format!("cannot connect to the broker at {broker}: {}", describe(&e)))?;
+/// Where the client subcommands find the broker, and how long they wait for it.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BrokerArgs {
+    /// Broker address: host:port, or a host alone for port 9092.
+    #[arg(long, global = true, env = "PAGURUS_BROKER", default_value = DEFAULT_BROKER)]
+    pub broker: String,
+    /// Longest wait for the broker, in ms: to connect, to greet, and to answer a request
+    /// (a fetch waits its --wait-ms on top).
+    #[arg(long, global = true, env = "PAGURUS_TIMEOUT_MS", default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout_ms: u64,
+}
+
+impl BrokerArgs {
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// `--broker` with the default port added when it names none (`localhost`, `[::1]`).
+    pub fn address(&self) -> String {
+        with_default_port(&self.broker)
+    }
+
+    /// Connects; reads then wait up to `timeout + extra` (a fetch's long poll).
+    pub fn connect(&self, extra: Duration) -> Result<Client, String> {
+        connect(&self.address(), self.timeout(), self.timeout() + extra)
+    }
+}
+
+fn with_default_port(broker: &str) -> String {
+    let has_port = match broker.rsplit_once(':') {
+        // `[v6]:port`, `host:port`; a bare IPv6 address has several colons and no port.
+        Some((host, port)) => {
+            port.parse::<u16>().is_ok() && (!host.contains(':') || host.ends_with(']'))
+        }
+        None => false,
+    };
+    if has_port {
+        broker.to_string()
+    } else if broker.contains(':') && !broker.starts_with('[') {
+        format!("[{broker}]:{DEFAULT_PORT}")
+    } else {
+        format!("{broker}:{DEFAULT_PORT}")
+    }
+}
+
+/// Connects to the broker within `timeout`; answers may then take `read_timeout`. The
+/// error names the address.
+fn connect(broker: &str, timeout: Duration, read_timeout: Duration) -> Result<Client, String> {
+    let client = Client::connect_timeout(broker, timeout).map_err(|e| {
+        let why = match &e {
+            ClientError::Io(io)
+                if matches!(
+                    io.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                format!("no connection within {} ms", timeout.as_millis())
+            }
+            other => describe(other),
+        };
+        format!("cannot connect to the broker at {broker}: {why}")
+    })?;
     client
         .set_read_timeout(Some(read_timeout))
         .map_err(|e| describe(&e))?;
     Ok(client)
+}
+
+/// Whether an error means the connection is gone (the broker stopped or restarted), so a
+/// new connection may succeed; a broker's answer or a timeout is not.
+fn connection_lost(e: &ClientError) -> bool {
+    use std::io::ErrorKind::*;
+    matches!(e, ClientError::Io(io) if matches!(
+        io.kind(),
+        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | ConnectionRefused | NotConnected
+    ))
+}
+
+/// How long `produce` and `consume` keep trying to reconnect after losing the broker.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReconnectArgs {
+    /// After the connection is lost (the broker stopped or restarted), keep trying to
+    /// reconnect for this long, in ms, with growing pauses; 0: fail at once.
+    #[arg(long, env = "PAGURUS_RECONNECT_MS", default_value_t = 30_000)]
+    pub reconnect_ms: u64,
+}
+
+/// First and longest pause between reconnection attempts.
+const RECONNECT_PAUSE_MIN: Duration = Duration::from_millis(100);
+const RECONNECT_PAUSE_MAX: Duration = Duration::from_secs(2);
+
+/// A new connection after `why` lost the old one, tried with doubling pauses for at most
+/// `reconnect.reconnect_ms`. Says on stderr what happened, once per loss.
+fn reconnect(
+    target: &BrokerArgs,
+    reconnect: &ReconnectArgs,
+    extra: Duration,
+    why: &ClientError,
+) -> Result<Client, String> {
+    let budget = Duration::from_millis(reconnect.reconnect_ms);
+    if budget.is_zero() {
+        return Err(describe(why));
+    }
+    eprintln!(
+        "pagurus: lost the broker at {} ({}); reconnecting for up to {} ms",
+        target.address(),
+        describe(why),
+        budget.as_millis()
+    );
+    let deadline = std::time::Instant::now() + budget;
+    let mut pause = RECONNECT_PAUSE_MIN;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        std::thread::sleep(pause.min(left));
+        pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
+        match target.connect(extra) {
+            Ok(client) => {
+                eprintln!("pagurus: reconnected to {}", target.address());
+                return Ok(client);
+            }
+            Err(e) if std::time::Instant::now() >= deadline => {
+                return Err(format!(
+                    "{} and no reconnection within {} ms: {e}",
+                    describe(why),
+                    budget.as_millis()
+                ));
+            }
+            Err(_) => {}
+        }
+    }
 }
 
 /// One line for a client error; a read timeout says so instead of "resource unavailable".

@@ -1,6 +1,12 @@
-//! `pagurus produce`: records from stdin (one per line) or generated, packed into batches by
-//! the client's [`Accumulator`] and sent with several produce requests in flight on one
-//! connection.
+//! `pagurus produce`: records from stdin (one per line, optionally `key<SEP>value`) or
+//! generated, packed into batches by the client's [`Accumulator`] and sent with several
+//! produce requests in flight on one connection.
+//!
+//! A lost connection (the broker stopped or restarted) is re-established for up to
+//! `--reconnect-ms`; the batches that were in flight then are sent again, because the
+//! broker may or may not have stored them: delivery is at least once, and such a batch can
+//! be stored twice. Nothing read is dropped silently: a failure says how many records were
+//! acknowledged and how many were in doubt.
 
 use std::collections::VecDeque;
 use std::io::BufRead;
@@ -9,24 +15,29 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::cli::{ANSWER_TIMEOUT, DEFAULT_BROKER, connect, describe};
+use crate::cli::{BrokerArgs, ReconnectArgs, connection_lost, describe, reconnect};
+use crate::client::ClientError;
 use crate::client::blocking::Client;
-use crate::client::produce::{Accumulator, BatchLimits};
+use crate::client::produce::{Accumulator, BatchLimits, ProduceFrame};
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
-    /// Broker address (host:port).
-    #[arg(long, env = "PAGURUS_BROKER", default_value = DEFAULT_BROKER)]
-    pub broker: String,
+    #[command(flatten)]
+    pub target: BrokerArgs,
     /// Topic to append to; the broker creates an unknown topic with one partition.
     #[arg(long)]
     pub topic: String,
-    /// Partition to append to.
-    #[arg(long, default_value_t = 0)]
-    pub partition: u32,
-    /// Key of every batch (used by compaction); empty if not given.
+    /// Partition to append to. Without it, a keyed record goes to the partition of its
+    /// key's hash and unkeyed records spread over the topic's partitions.
     #[arg(long)]
+    pub partition: Option<u32>,
+    /// Key of every record (used by compaction); empty if not given.
+    #[arg(long, conflicts_with = "key_separator")]
     pub key: Option<String>,
+    /// Read each line as KEY<SEP>VALUE (split at the first SEP); a line without SEP has an
+    /// empty key. A batch has one key, so records are batched per key.
+    #[arg(long, value_name = "SEP", conflicts_with = "count")]
+    pub key_separator: Option<String>,
     /// Generate this many records instead of reading lines from stdin.
     #[arg(long)]
     pub count: Option<u64>,
@@ -39,6 +50,10 @@ pub struct ProduceArgs {
     /// Payload bytes per batch at most (a larger record still goes, alone in its batch).
     #[arg(long, default_value_t = 1024 * 1024)]
     pub batch_bytes: usize,
+    /// Longest line (record) read from stdin; a longer one stops the run before it is
+    /// read whole. Keep it at or under the broker's --max-payload-bytes.
+    #[arg(long, default_value_t = 50 * 1024 * 1024)]
+    pub max_line_bytes: usize,
     /// Send a partial batch once its first record has waited this long, in ms (stdin input;
     /// a partial batch is also sent at end of input).
     #[arg(long, default_value_t = 5)]
@@ -46,25 +61,35 @@ pub struct ProduceArgs {
     /// Produce requests (one batch each) sent before the oldest must be acknowledged.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub in_flight: u64,
+    #[command(flatten)]
+    pub reconnect: ReconnectArgs,
 }
 
+/// Open batches at most (one per key and partition): past it, all are sent, so a stream of
+/// distinct keys cannot make the producer hold an unbounded number of batches.
+const OPEN_BATCHES_MAX: usize = 1024;
+
 pub fn run(args: ProduceArgs) -> Result<(), String> {
-    let client = connect(&args.broker, ANSWER_TIMEOUT)?;
+    let mut client = args.target.connect(Duration::ZERO)?;
+    let partitions = match args.partition {
+        Some(_) => 1,
+        None => partition_count(&mut client, &args.topic)?,
+    };
     let started = Instant::now();
     let mut producer = Producer {
         client,
-        topic: &args.topic,
-        partition: args.partition,
-        key: args.key.as_deref().unwrap_or("").as_bytes(),
+        args: &args,
+        partitions,
         accumulator: Accumulator::new(BatchLimits {
             records_max: args.batch,
             bytes_max: args.batch_bytes,
             linger: Duration::from_millis(args.linger_ms),
         }),
-        in_flight: args.in_flight as usize,
         pending: VecDeque::new(),
         acked_records: 0,
         acked_batches: 0,
+        resent_batches: 0,
+        partitions_written: std::collections::BTreeSet::new(),
         offsets: None,
     };
     let result = match args.count {
@@ -73,28 +98,59 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
     }
     .and_then(|()| producer.finish());
     if let Err(e) = result {
+        let in_doubt: u64 = producer
+            .pending
+            .iter()
+            .map(|(_, f)| u64::from(f.records()))
+            .sum();
         return Err(format!(
-            "{e} (after {} records were acknowledged)",
-            producer.acked_records
+            "{e} ({} records acknowledged; {in_doubt} sent and not acknowledged, which may or may not be stored; {} not sent)",
+            producer.acked_records,
+            producer.accumulator.open_records()
         ));
     }
     let elapsed = started.elapsed();
     let rate = producer.acked_records as f64 / elapsed.as_secs_f64().max(1e-9);
-    let offsets = producer
-        .offsets
-        .map_or(String::from("none"), |(first, last)| {
-            format!("{first}..={last}")
-        });
+    let offsets = match (producer.offsets, producer.partitions_written.len()) {
+        (Some((first, last)), 1) => format!("offsets {first}..={last}"),
+        (None, _) => String::from("offsets none"),
+        (Some(_), n) => format!("{n} partitions"),
+    };
+    let partition = match (args.partition, producer.partitions_written.iter().next()) {
+        (Some(p), _) => p.to_string(),
+        (None, Some(p)) if producer.partitions_written.len() == 1 => p.to_string(),
+        _ => String::from("*"),
+    };
     let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let resent = if producer.resent_batches > 0 {
+        format!(
+            "; {} re-sent after reconnecting (may be stored twice)",
+            plural(producer.resent_batches, "batch", "batches")
+        )
+    } else {
+        String::new()
+    };
     eprintln!(
-        "produced {} in {} to {}/{}: offsets {offsets}, {:.3} s, {rate:.0} records/s",
+        "produced {} in {} to {}/{partition}: {offsets}, {:.3} s, {rate:.0} records/s{resent}",
         plural(producer.acked_records, "record", "records"),
         plural(producer.acked_batches, "batch", "batches"),
         args.topic,
-        args.partition,
         elapsed.as_secs_f64(),
     );
     Ok(())
+}
+
+/// The topic's partition count, or 1 for a topic that does not exist yet (the first
+/// produce creates it with one partition).
+fn partition_count(client: &mut Client, topic: &str) -> Result<u32, String> {
+    let metadata = client
+        .metadata(&[topic])
+        .map_err(|e| format!("reading the metadata of {topic}: {}", describe(&e)))?;
+    Ok(metadata
+        .topics
+        .iter()
+        .find(|t| t.name == topic && t.error == 0)
+        .map_or(1, |t| (t.partitions.len() as u32).max(1)))
 }
 
 /// `count` records of `size` bytes: the record's number, then '.' up to the size.
@@ -109,28 +165,54 @@ fn produce_generated(producer: &mut Producer<'_>, count: u64, size: usize) -> Re
     Ok(())
 }
 
-/// One record per line of stdin (without its `\n` or `\r\n`). A thread reads stdin so that
-/// a partial batch can be sent when its linger time is up even while no line arrives.
+/// Reads one line (without its `\n` or `\r\n`) of at most `max` bytes; `None` at the end.
+/// A longer line is an error before more than `max + 1` of its bytes are held.
+fn read_line(
+    input: &mut impl BufRead,
+    max: usize,
+    number: u64,
+) -> std::io::Result<Option<Vec<u8>>> {
+    use std::io::Read;
+    let mut line = Vec::new();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(2);
+    loop {
+        match input.by_ref().take(limit).read_until(b'\n', &mut line) {
+            Ok(0) if line.is_empty() => return Ok(None),
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+    }
+    if line.len() > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("line {number} is longer than --max-line-bytes ({max} bytes)"),
+        ));
+    }
+    Ok(Some(line))
+}
+
+/// One record per line of stdin. A thread reads stdin so that a partial batch can be sent
+/// when its linger time is up even while no line arrives.
 fn produce_stdin(producer: &mut Producer<'_>) -> Result<(), String> {
     let (tx, rx) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(4096);
+    let max = producer.args.max_line_bytes;
     std::thread::spawn(move || {
         let mut stdin = std::io::stdin().lock();
-        loop {
-            let mut line = Vec::new();
-            match stdin.read_until(b'\n', &mut line) {
-                Ok(0) => return,
-                Ok(_) => {
-                    if line.last() == Some(&b'\n') {
-                        line.pop();
-                        if line.last() == Some(&b'\r') {
-                            line.pop();
-                        }
-                    }
+        for number in 1.. {
+            match read_line(&mut stdin, max, number) {
+                Ok(None) => return,
+                Ok(Some(line)) => {
                     if tx.send(Ok(line)).is_err() {
                         return;
                     }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     let _ = tx.send(Err(e));
                     return;
@@ -170,19 +252,21 @@ fn produce_stdin(producer: &mut Producer<'_>) -> Result<(), String> {
 }
 
 /// Packs records into batches (the client's sans-IO [`Accumulator`]) and keeps up to
-/// `in_flight` produce requests outstanding.
+/// `--in-flight` produce requests outstanding.
 struct Producer<'a> {
     client: Client,
-    topic: &'a str,
-    partition: u32,
-    key: &'a [u8],
+    args: &'a ProduceArgs,
+    /// Partitions of the topic (1 with --partition).
+    partitions: u32,
     accumulator: Accumulator,
-    in_flight: usize,
-    /// Correlation id and record count of each request sent and not yet acknowledged.
-    pending: VecDeque<(u32, u32)>,
+    /// Correlation id and frame of each request sent and not yet acknowledged, oldest
+    /// first; kept whole, to be sent again on a new connection.
+    pending: VecDeque<(u32, ProduceFrame)>,
     acked_records: u64,
     acked_batches: u64,
-    /// First and last offset acknowledged.
+    resent_batches: u64,
+    partitions_written: std::collections::BTreeSet<u32>,
+    /// First and last offset acknowledged (meaningful for one partition).
     offsets: Option<(u64, u64)>,
 }
 
@@ -192,14 +276,28 @@ impl Producer<'_> {
         self.accumulator.next_deadline()
     }
 
-    /// Adds a record to the open batch, sending it when it is full.
-    fn add(&mut self, record: &[u8]) -> Result<(), String> {
+    /// Adds a record (a line, split into key and value with --key-separator) to its
+    /// batch, sending the batches that are full.
+    fn add(&mut self, line: &[u8]) -> Result<(), String> {
+        let (key, value) = match &self.args.key_separator {
+            Some(sep) => split_key(line, sep.as_bytes()),
+            None => (self.args.key.as_deref().unwrap_or("").as_bytes(), line),
+        };
+        let partition = match self.args.partition {
+            Some(partition) => partition,
+            None => self
+                .accumulator
+                .partition_for(&self.args.topic, key, self.partitions),
+        };
         self.accumulator
-            .push(self.topic, self.partition, self.key, record, Instant::now());
+            .push(&self.args.topic, partition, key, value, Instant::now());
+        if self.accumulator.open_batches() > OPEN_BATCHES_MAX {
+            self.accumulator.close_all();
+        }
         self.send_ready()
     }
 
-    /// Sends the open batch, if it has records.
+    /// Sends the open batches.
     fn flush(&mut self) -> Result<(), String> {
         self.accumulator.close_all();
         self.send_ready()
@@ -208,35 +306,75 @@ impl Producer<'_> {
     /// Sends closed batches, each once a slot in flight is free.
     fn send_ready(&mut self) -> Result<(), String> {
         while let Some(mut frame) = self.accumulator.pop_ready() {
-            while self.pending.len() >= self.in_flight {
+            while self.pending.len() >= self.args.in_flight as usize {
                 self.acknowledge()?;
             }
-            let correlation_id = self
-                .client
-                .send_frame(&mut frame, 0)
-                .map_err(|e| describe(&e))?;
-            self.pending.push_back((correlation_id, frame.records()));
-            self.accumulator.recycle(frame);
+            match self.client.send_frame(&mut frame, 0) {
+                Ok(correlation_id) => self.pending.push_back((correlation_id, frame)),
+                Err(e) if connection_lost(&e) => {
+                    self.pending.push_back((0, frame));
+                    self.reconnect(&e)?;
+                }
+                Err(e) => return Err(describe(&e)),
+            }
         }
         Ok(())
     }
 
     /// Waits for the oldest request's acknowledgement.
     fn acknowledge(&mut self) -> Result<(), String> {
-        let Some((correlation_id, records)) = self.pending.pop_front() else {
-            return Ok(());
-        };
-        self.client
-            .expect(correlation_id)
-            .map_err(|e| describe(&e))?;
+        loop {
+            let Some((correlation_id, _)) = self.pending.front() else {
+                return Ok(());
+            };
+            match self.client.expect(*correlation_id) {
+                Ok(()) => break,
+                Err(e) if connection_lost(&e) => self.reconnect(&e)?,
+                Err(e) => return Err(describe(&e)),
+            }
+        }
+        let (_, frame) = self.pending.pop_front().expect("checked above");
         let (base, next) = self.client.reply().produced().map_err(|e| describe(&e))?;
         let last = next.saturating_sub(1);
         self.offsets = Some(match self.offsets {
             None => (base, last),
             Some((first, _)) => (first, last),
         });
-        self.acked_records += u64::from(records);
+        self.partitions_written.insert(frame.partition());
+        self.acked_records += u64::from(frame.records());
         self.acked_batches += 1;
+        self.accumulator.recycle(frame);
+        Ok(())
+    }
+
+    /// A new connection, on which every batch in flight is sent again (the broker may or
+    /// may not have stored it before the connection was lost).
+    fn reconnect(&mut self, why: &ClientError) -> Result<(), String> {
+        let mut why = describe(why);
+        loop {
+            let lost = ClientError::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                why.clone(),
+            ));
+            self.client = reconnect(
+                &self.args.target,
+                &self.args.reconnect,
+                Duration::ZERO,
+                &lost,
+            )?;
+            match self.resend() {
+                Ok(()) => return Ok(()),
+                Err(e) if connection_lost(&e) => why = describe(&e),
+                Err(e) => return Err(describe(&e)),
+            }
+        }
+    }
+
+    fn resend(&mut self) -> Result<(), ClientError> {
+        for (correlation_id, frame) in self.pending.iter_mut() {
+            *correlation_id = self.client.send_frame(frame, 0)?;
+            self.resent_batches += 1;
+        }
         Ok(())
     }
 
@@ -248,9 +386,47 @@ impl Producer<'_> {
         Ok(())
     }
 
-    /// Sends the last partial batch and waits for everything.
+    /// Sends the last partial batches and waits for everything.
     fn finish(&mut self) -> Result<(), String> {
         self.flush()?;
         self.drain()
+    }
+}
+
+/// `key<sep>value` split at the first `sep`; a line without it is all value.
+fn split_key<'l>(line: &'l [u8], sep: &[u8]) -> (&'l [u8], &'l [u8]) {
+    if sep.is_empty() {
+        return (&[], line);
+    }
+    match line.windows(sep.len()).position(|w| w == sep) {
+        Some(at) => (&line[..at], &line[at + sep.len()..]),
+        None => (&[], line),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_split_at_the_first_separator() {
+        assert_eq!(split_key(b"k:v:w", b":"), (&b"k"[..], &b"v:w"[..]));
+        assert_eq!(split_key(b"novalue", b":"), (&b""[..], &b"novalue"[..]));
+        assert_eq!(split_key(b"a<=>b", b"<=>"), (&b"a"[..], &b"b"[..]));
+    }
+
+    #[test]
+    fn a_long_line_is_refused_before_it_is_read_whole() {
+        let mut input = std::io::Cursor::new(b"short\nmuch too long a line\nx\n".to_vec());
+        assert_eq!(read_line(&mut input, 8, 1).unwrap().unwrap(), b"short");
+        let e = read_line(&mut input, 8, 2).unwrap_err();
+        assert!(e.to_string().contains("line 2 is longer"), "{e}");
+        assert!(
+            input.position() <= 6 + 10,
+            "read {} bytes",
+            input.position()
+        );
+        let mut crlf = std::io::Cursor::new(b"12345678\r\n".to_vec());
+        assert_eq!(read_line(&mut crlf, 8, 1).unwrap().unwrap(), b"12345678");
     }
 }

@@ -113,5 +113,81 @@ impl ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> Result<(), String> {
-    crate::server::serve(args.config()).map_err(|e| e.to_string())
+    let config = args.config();
+    preflight(&config)?;
+    crate::server::serve(config).map_err(|e| e.to_string())
+}
+
+/// Locked memory glommio refuses to start an executor under.
+const MEMLOCK_BYTES_MIN: u64 = 512 * 1024;
+/// Locked memory each executor registers for io_uring buffers (glommio's default
+/// `io_memory`); under it, it runs on a slower path.
+const MEMLOCK_BYTES_PER_CORE: u64 = 10 * 1024 * 1024;
+
+/// What is checked before any executor starts, so a start that cannot work fails at once
+/// with one clear line instead of hanging or failing inside the cores.
+fn preflight(config: &BrokerConfig) -> Result<(), String> {
+    let cpus = core_affinity::get_core_ids().map_or(0, |ids| ids.len());
+    if cpus > 0 && config.cores > cpus {
+        return Err(format!(
+            "--cores {} but this process may run on {cpus} CPUs: use --cores {cpus} or fewer (0: one per CPU)",
+            config.cores
+        ));
+    }
+    let cores = if config.cores == 0 {
+        cpus.max(1)
+    } else {
+        config.cores
+    };
+    check_memlock(cores)?;
+    probe_ports(config, cores)
+}
+
+/// Refuses a locked-memory limit glommio cannot start under, and warns once about one
+/// its io_uring buffers do not fit in (root is exempt from the kernel's limit, not from
+/// glommio's check).
+fn check_memlock(cores: usize) -> Result<(), String> {
+    use nix::sys::resource::{Resource, getrlimit};
+    let Ok((soft, _hard)) = getrlimit(Resource::RLIMIT_MEMLOCK) else {
+        return Ok(());
+    };
+    let raise = "raise it with `ulimit -l unlimited` in the shell or `LimitMEMLOCK=infinity` in the systemd unit";
+    if soft < MEMLOCK_BYTES_MIN {
+        return Err(format!(
+            "the locked-memory limit is {} KiB, under the {} KiB io_uring needs: {raise}",
+            soft / 1024,
+            MEMLOCK_BYTES_MIN / 1024
+        ));
+    }
+    let wanted = MEMLOCK_BYTES_PER_CORE.saturating_mul(cores as u64);
+    if soft < wanted && !nix::unistd::geteuid().is_root() {
+        tracing::warn!(
+            limit_kib = soft / 1024,
+            wanted_kib = wanted / 1024,
+            "the locked-memory limit is under what io_uring's buffers need, so I/O takes a slower path: {raise}"
+        );
+    }
+    Ok(())
+}
+
+/// Every core binds the listen address (and its shard port) with SO_REUSEPORT, so a second
+/// broker on the same port would silently share it. A plain bind (no SO_REUSEPORT) of each
+/// address, released at once, fails while another process listens there.
+fn probe_ports(config: &BrokerConfig, cores: usize) -> Result<(), String> {
+    let mut addrs = vec![config.listen];
+    addrs.extend((0..cores).filter_map(|core| {
+        let mut addr = config.listen;
+        addr.set_port(config.shard_port(core)?);
+        Some(addr)
+    }));
+    for addr in addrs {
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            return Err(if e.kind() == std::io::ErrorKind::AddrInUse {
+                format!("cannot listen on {addr}: address in use by another process")
+            } else {
+                format!("cannot listen on {addr}: {e}")
+            });
+        }
+    }
+    Ok(())
 }

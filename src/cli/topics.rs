@@ -2,15 +2,14 @@
 
 use clap::{Args, Subcommand, ValueEnum};
 
-use crate::cli::{ANSWER_TIMEOUT, DEFAULT_BROKER, connect, describe, print_out, table};
+use crate::cli::{BrokerArgs, describe, print_out, table};
 use crate::protocol::native::{ErrorCode, TopicMetadata, TopicSettings};
 use crate::storage::FsyncPolicy;
 
 #[derive(Debug, Args)]
 pub struct TopicsArgs {
-    /// Broker address (host:port).
-    #[arg(long, global = true, env = "PAGURUS_BROKER", default_value = DEFAULT_BROKER)]
-    pub broker: String,
+    #[command(flatten)]
+    pub target: BrokerArgs,
     #[command(subcommand)]
     pub command: TopicsCommand,
 }
@@ -81,7 +80,7 @@ pub enum Cleanup {
 }
 
 pub fn run(args: TopicsArgs) -> Result<(), String> {
-    let mut client = connect(&args.broker, ANSWER_TIMEOUT)?;
+    let mut client = args.target.connect(std::time::Duration::ZERO)?;
     match args.command {
         TopicsCommand::List => {
             let metadata = client.metadata(&[]).map_err(|e| describe(&e))?;
@@ -136,7 +135,7 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
                     (0..topic.partitions.len() as u32).collect()
                 }
             };
-            let mut client = connect(&args.broker, COMPACT_TIMEOUT)?;
+            let mut client = args.target.connect(COMPACT_TIMEOUT)?;
             let mut text = String::new();
             for p in partitions {
                 let done = client

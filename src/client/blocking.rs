@@ -60,10 +60,42 @@ pub struct Client {
 }
 
 impl Client {
-    /// Connects and exchanges prefaces.
+    /// Connects and exchanges prefaces, with no time limit (tests and benches on
+    /// loopback); tools use [`Client::connect_timeout`].
     pub fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
         let stream = TcpStream::connect(addr)?;
+        Client::greet(stream, None)
+    }
+
+    /// Connects to the first address of `addr` that accepts within `timeout`, and waits at
+    /// most `timeout` for the broker's preface. Reads and writes on the connection then
+    /// time out after `timeout` as well (change reads with [`Client::set_read_timeout`]),
+    /// so a stopped broker or a server that says nothing fails the call instead of
+    /// hanging it.
+    pub fn connect_timeout(
+        addr: impl ToSocketAddrs,
+        timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        let mut last_error = None;
+        for addr in addr.to_socket_addrs()? {
+            match TcpStream::connect_timeout(&addr, timeout) {
+                Ok(stream) => return Client::greet(stream, Some(timeout)),
+                Err(e) => last_error = Some(e),
+            }
+        }
+        Err(ClientError::Io(last_error.unwrap_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the address resolved to nothing",
+            )
+        })))
+    }
+
+    /// Exchanges prefaces on a new connection; `timeout` bounds every read and write.
+    fn greet(stream: TcpStream, timeout: Option<Duration>) -> Result<Client, ClientError> {
         stream.set_nodelay(true)?;
+        stream.set_read_timeout(timeout)?;
+        stream.set_write_timeout(timeout)?;
         let mut client = Client {
             stream,
             session: Session::default(),
@@ -77,7 +109,31 @@ impl Client {
         };
         client.stream.write_all(&native::preface(native::VERSION))?;
         let mut preface = [0u8; native::PREFACE_LEN];
-        client.stream.read_exact(&mut preface)?;
+        match client.stream.read_exact(&mut preface) {
+            Ok(()) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(ClientError::NoGreeting {
+                    timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+                });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(ClientError::Protocol(String::from(
+                    "the server closed the connection instead of greeting: not a pagurus broker?",
+                )));
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if preface[..4] != native::PREFACE_MAGIC {
+            return Err(ClientError::Protocol(format!(
+                "the server answered {:?}, not a pagurus greeting: not a pagurus broker?",
+                String::from_utf8_lossy(&preface)
+            )));
+        }
         check_broker_preface(&preface)?;
         Ok(client)
     }

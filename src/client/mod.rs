@@ -33,6 +33,12 @@ pub enum ClientError {
     Io(#[from] std::io::Error),
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The server accepted the connection but sent no preface in time: a stopped broker,
+    /// or a server that is not a pagurus broker.
+    #[error(
+        "connected, but no greeting within {timeout_ms} ms: the broker is stopped or overloaded, or this is not a pagurus broker"
+    )]
+    NoGreeting { timeout_ms: u64 },
     #[error("broker answered {name} ({code}): {message}")]
     Broker {
         code: u16,

@@ -319,6 +319,11 @@ impl Accumulator {
         !self.ready.is_empty()
     }
 
+    /// Batches open (one per topic, partition and key with records waiting).
+    pub fn open_batches(&self) -> usize {
+        self.open.len()
+    }
+
     /// Records in open batches.
     pub fn open_records(&self) -> u64 {
         self.open.iter().map(|o| u64::from(o.frame.records())).sum()

@@ -1,0 +1,184 @@
+//! The CLI never hangs and survives a broker restart: connect and greeting timeouts against
+//! a silent socket, an HTTP-like server and a stopped (SIGSTOP) broker; `consume` and
+//! `produce` reconnect when the broker restarts, resuming at the next offset and sending
+//! again what was not acknowledged.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpListener;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::Broker;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+fn pagurus(args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_pagurus"));
+    command
+        .args(args)
+        .env_remove("PAGURUS_BROKER")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+fn failure(out: Output) -> String {
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success(), "succeeded; stderr: {stderr}");
+    assert!(stderr.starts_with("pagurus: "), "{stderr}");
+    stderr
+}
+
+#[test]
+fn a_silent_server_times_out_with_a_message() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    // Accepts (the kernel does, into the backlog) and never says anything.
+    let out = pagurus(&["topics", "list", "--broker", &addr, "--timeout-ms", "300"])
+        .output()
+        .unwrap();
+    let stderr = failure(out);
+    assert!(stderr.contains("no greeting within 300 ms"), "{stderr}");
+    drop(listener);
+}
+
+#[test]
+fn a_server_that_is_not_a_broker_is_named() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut request = [0u8; 8];
+        let _ = stream.read(&mut request);
+        let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\n\r\n");
+    });
+    let out = pagurus(&["topics", "list", "--broker", &addr])
+        .output()
+        .unwrap();
+    let stderr = failure(out);
+    assert!(stderr.contains("not a pagurus broker"), "{stderr}");
+    server.join().unwrap();
+}
+
+#[test]
+fn a_stopped_broker_times_out_and_a_restart_is_survived() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::start_in(&dir.path().join("data"), 1, &[]);
+    let addr = broker.addr.to_string();
+    kill(Pid::from_raw(broker.pid()), Signal::SIGSTOP).unwrap();
+    let out = pagurus(&["topics", "list", "--broker", &addr, "--timeout-ms", "500"])
+        .output()
+        .unwrap();
+    kill(Pid::from_raw(broker.pid()), Signal::SIGCONT).unwrap();
+    let stderr = failure(out);
+    assert!(stderr.contains("no greeting within 500 ms"), "{stderr}");
+
+    // A consumer tails the topic across a restart.
+    let lines: Vec<String> = (0..20).map(|i| format!("line-{i}")).collect();
+    let produce = |lines: &[String]| {
+        let mut child = pagurus(&["produce", "--broker", &addr, "--topic", "t"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        for line in lines {
+            writeln!(input, "{line}").unwrap();
+        }
+        drop(input);
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    produce(&lines[..10]);
+    let mut consumer = pagurus(&[
+        "consume",
+        "--broker",
+        &addr,
+        "--topic",
+        "t",
+        "--count",
+        "20",
+        "--wait-ms",
+        "100",
+    ])
+    .spawn()
+    .unwrap();
+    let mut printed = BufReader::new(consumer.stdout.take().unwrap());
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        let mut line = String::new();
+        printed.read_line(&mut line).unwrap();
+        got.push(line.trim_end().to_string());
+    }
+    assert_eq!(got, lines[..10]);
+    assert_eq!(broker.terminate().code(), Some(0));
+    std::thread::sleep(Duration::from_millis(300));
+    broker.restart();
+    produce(&lines[10..]);
+    let mut rest = String::new();
+    printed.read_to_string(&mut rest).unwrap();
+    got.extend(rest.lines().map(str::to_string));
+    let out = consumer.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(got, lines, "each line once, in order, across the restart");
+    assert!(stderr.contains("reconnected"), "{stderr}");
+
+    // A producer whose broker restarts mid-stream loses no line.
+    let mut producer = pagurus(&[
+        "produce",
+        "--broker",
+        &addr,
+        "--topic",
+        "p",
+        "--linger-ms",
+        "1",
+    ])
+    .stdin(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut input = producer.stdin.take().unwrap();
+    for i in 0..50 {
+        writeln!(input, "p-{i}").unwrap();
+    }
+    input.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    broker.kill();
+    for i in 50..100 {
+        writeln!(input, "p-{i}").unwrap();
+    }
+    input.flush().unwrap();
+    broker.restart();
+    drop(input);
+    let out = producer.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let out = pagurus(&[
+        "consume",
+        "--broker",
+        &addr,
+        "--topic",
+        "p",
+        "--exit-at-end",
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stored = String::from_utf8(out.stdout).unwrap();
+    for i in 0..100 {
+        assert!(
+            stored.lines().any(|l| l == format!("p-{i}")),
+            "p-{i} lost; stored:\n{stored}\nproducer: {stderr}"
+        );
+    }
+}
