@@ -69,6 +69,22 @@ fn a_stopped_broker_times_out_and_a_restart_is_survived() {
     let mut broker = Broker::start_in(&dir.path().join("data"), 1, &[]);
     let addr = broker.addr.to_string();
     kill(Pid::from_raw(broker.pid()), Signal::SIGSTOP).unwrap();
+    // The signal stops the process asynchronously: wait until every thread is stopped.
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{}/task", broker.pid()))
+            .unwrap()
+            .all(|task| {
+                let stat = std::fs::read_to_string(task.unwrap().path().join("stat")).unwrap();
+                stat.rsplit(')')
+                    .next()
+                    .unwrap()
+                    .trim_start()
+                    .starts_with('T')
+            })
+    };
+    while !stopped() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let out = pagurus(&["topics", "list", "--broker", &addr, "--timeout-ms", "500"])
         .output()
         .unwrap();

@@ -171,8 +171,9 @@ fn check_memlock(cores: usize) -> Result<(), String> {
 }
 
 /// Every core binds the listen address (and its shard port) with SO_REUSEPORT, so a second
-/// broker on the same port would silently share it. A plain bind (no SO_REUSEPORT) of each
-/// address, released at once, fails while another process listens there.
+/// broker on the same port would silently share it. A connection to each address tells
+/// whether some process listens there already. (A plain bind would also fail on the
+/// connections a killed broker left closing on its port, and refuse a restart.)
 fn probe_ports(config: &BrokerConfig, cores: usize) -> Result<(), String> {
     let mut addrs = vec![config.listen];
     addrs.extend((0..cores).filter_map(|core| {
@@ -181,13 +182,21 @@ fn probe_ports(config: &BrokerConfig, cores: usize) -> Result<(), String> {
         Some(addr)
     }));
     for addr in addrs {
-        if let Err(e) = std::net::TcpListener::bind(addr) {
-            return Err(if e.kind() == std::io::ErrorKind::AddrInUse {
-                format!("cannot listen on {addr}: address in use by another process")
-            } else {
-                format!("cannot listen on {addr}: {e}")
-            });
+        if addr.port() == 0 {
+            continue;
+        }
+        let mut target = addr;
+        if target.ip().is_unspecified() {
+            target.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        if std::net::TcpStream::connect_timeout(&target, PROBE_TIMEOUT).is_ok() {
+            return Err(format!(
+                "cannot listen on {addr}: address in use by another process"
+            ));
         }
     }
     Ok(())
 }
+
+/// Longest wait for a connection to an address that may be in use.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
