@@ -293,6 +293,9 @@ pub fn verify(broker: &Broker, ledger: &mut Ledger, topics: &[(String, u32, Chec
     let mut tally = Tally::default();
     let mut client = timed_client(broker);
     let mut seen: HashMap<String, usize> = HashMap::new();
+    // Where each tag was found, to say where a lost batch went (if anywhere).
+    let mut found: HashMap<String, (String, u32, u64)> = HashMap::new();
+    let mut lost_tags: Vec<(String, String, u32, u64)> = Vec::new();
     for (topic, partitions, check) in topics {
         for partition in 0..*partitions {
             let start = match check {
@@ -302,8 +305,9 @@ pub fn verify(broker: &Broker, ledger: &mut Ledger, topics: &[(String, u32, Chec
                     .unwrap_or(0),
             };
             let stored = read_partition(&mut client, broker, topic, partition, start, &mut tally);
-            for batch in stored.values() {
+            for (&at, batch) in &stored {
                 *seen.entry(tag_of(batch)).or_default() += 1;
+                found.insert(tag_of(batch), (topic.clone(), partition, at));
             }
             let acked = ledger.acked.entry((topic.clone(), partition)).or_default();
             let mut gone = Vec::new();
@@ -321,7 +325,7 @@ pub fn verify(broker: &Broker, ledger: &mut Ledger, topics: &[(String, u32, Chec
                         tally.corrupt += 1;
                     }
                     _ => {
-                        eprintln!("{topic}/{partition} offset {at}: {} lost", expected.tag);
+                        lost_tags.push((expected.tag.clone(), topic.clone(), partition, at));
                         tally.lost += 1;
                         gone.push(at);
                     }
@@ -330,6 +334,14 @@ pub fn verify(broker: &Broker, ledger: &mut Ledger, topics: &[(String, u32, Chec
             for at in gone {
                 acked.remove(&at);
             }
+        }
+    }
+    for (tag, topic, partition, at) in lost_tags {
+        match found.get(&tag) {
+            Some((t, p, o)) => eprintln!(
+                "{topic}/{partition} offset {at}: {tag} lost (found at {t}/{p} offset {o})"
+            ),
+            None => eprintln!("{topic}/{partition} offset {at}: {tag} lost"),
         }
     }
     tally.duplicated = seen.values().filter(|&&n| n > 1).count();
