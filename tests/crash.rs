@@ -12,280 +12,19 @@
 
 mod common;
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::Broker;
-use pagurus::client::blocking::Client;
-use pagurus::protocol::native::{self, TopicSettings};
-use pagurus::protocol::record::{self, BatchHeader, encode_batch};
-use pagurus::shard::routing::partition_owner;
+use common::ledger::{self, Check, Ledger, Rng, Tally, timed_client};
+use pagurus::protocol::native::TopicSettings;
+use pagurus::protocol::routing::partition_owner;
 
 const TOPICS: [&str; 3] = ["crash-a", "crash-b", "crash-c"];
 const PARTITIONS: u32 = 2;
 const PRODUCERS: usize = 4;
 const IN_FLIGHT: usize = 4;
 const CORES: usize = 2;
-
-/// xorshift64*: a seeded, reproducible stream of numbers for the test's choices.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
-/// A batch as the broker must store it once acknowledged at `offset`.
-#[derive(Debug, Clone)]
-struct Expected {
-    /// The batch as sent (timestamp set, so the broker only rewrites the offset).
-    bytes: Vec<u8>,
-    /// "r{round}w{producer}-s{seq}": unique over the whole run.
-    tag: String,
-}
-
-impl Expected {
-    fn stored_at(&self, offset: u64) -> Vec<u8> {
-        let mut stored = self.bytes.clone();
-        record::set_offset(&mut stored, offset);
-        stored
-    }
-}
-
-/// (group, topic, partition).
-type CommitKey = (String, String, u32);
-
-#[derive(Default)]
-struct Ledger {
-    /// (topic, partition) -> acknowledged batches by offset.
-    acked: HashMap<(String, u32), BTreeMap<u64, Expected>>,
-    /// Batches sent whose answer never came (the broker died): each may be stored at most once.
-    unknown: Vec<String>,
-    /// (group, topic, partition) -> (last acknowledged commit, commit in flight at the kill).
-    commits: HashMap<CommitKey, (Option<u64>, Option<u64>)>,
-}
-
-/// What one verification found.
-#[derive(Debug, Default, Clone, Copy)]
-struct Tally {
-    acked_batches: usize,
-    lost: usize,
-    duplicated: usize,
-    corrupt: usize,
-    gaps: usize,
-    unknown_stored: usize,
-    commits_checked: usize,
-    commits_lost: usize,
-}
-
-fn tag_of(batch: &[u8]) -> String {
-    let header = BatchHeader::decode(batch, &Default::default()).expect("checked by the client");
-    let key = record::key_of(batch, &header);
-    String::from_utf8_lossy(key).into_owned()
-}
-
-fn timed_client(broker: &Broker) -> Client {
-    let client = broker.client();
-    client
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    client
-}
-
-/// One producer: pipelined produce requests of 1 to 3 batches to random partitions until the
-/// connection fails (the broker was killed). Records every acknowledged batch.
-fn produce(broker_addr: std::net::SocketAddr, id: &str, seed: u64, ledger: Arc<Mutex<Ledger>>) {
-    let mut rng = Rng(seed | 1);
-    let Ok(mut client) = Client::connect(broker_addr) else {
-        return;
-    };
-    let mut seq = 0u64;
-    let mut in_flight: std::collections::VecDeque<(u32, String, u32, Vec<Expected>)> =
-        Default::default();
-    loop {
-        while in_flight.len() < IN_FLIGHT {
-            let topic = TOPICS[rng.below(TOPICS.len() as u64) as usize].to_string();
-            let partition = rng.below(u64::from(PARTITIONS)) as u32;
-            let count = 1 + rng.below(3) as usize;
-            let batches: Vec<Expected> = (0..count)
-                .map(|_| {
-                    seq += 1;
-                    let tag = format!("w{id}-s{seq}");
-                    let mut payload = format!("{tag}:").into_bytes();
-                    let size = 10 + rng.below(2000) as usize;
-                    payload.extend((0..size).map(|i| b'a' + ((i as u64 + seq) % 26) as u8));
-                    let records = 1 + rng.below(3) as u32;
-                    let timestamp = 1_700_000_000_000_000_000 + seq;
-                    Expected {
-                        bytes: encode_batch(timestamp, tag.as_bytes(), &payload, records),
-                        tag,
-                    }
-                })
-                .collect();
-            let sent: Vec<Vec<u8>> = batches.iter().map(|b| b.bytes.clone()).collect();
-            let Ok(correlation_id) = client.send_produce(&topic, partition, &sent) else {
-                return lose(&ledger, batches, in_flight);
-            };
-            in_flight.push_back((correlation_id, topic, partition, batches));
-        }
-        let (correlation_id, topic, partition, batches) = in_flight.pop_front().unwrap();
-        let answer = client.expect(correlation_id).and_then(|()| {
-            native::decode_produce_response(client.body())
-                .map_err(|e| pagurus::client::ClientError::Protocol(e.to_string()))
-        });
-        let Ok((base, _)) = answer else {
-            return lose(&ledger, batches, in_flight);
-        };
-        let mut ledger = ledger.lock().unwrap();
-        let partition_log = ledger.acked.entry((topic, partition)).or_default();
-        let mut offset = base;
-        for batch in batches {
-            let header = BatchHeader::decode(&batch.bytes, &Default::default()).unwrap();
-            let records = header.records();
-            assert!(
-                partition_log.insert(offset, batch).is_none(),
-                "offset {offset} acknowledged twice"
-            );
-            offset += records;
-        }
-    }
-}
-
-/// The broker died: everything in flight is of unknown fate.
-fn lose(
-    ledger: &Mutex<Ledger>,
-    batches: Vec<Expected>,
-    in_flight: std::collections::VecDeque<(u32, String, u32, Vec<Expected>)>,
-) {
-    let mut ledger = ledger.lock().unwrap();
-    for b in batches
-        .into_iter()
-        .chain(in_flight.into_iter().flat_map(|f| f.3))
-    {
-        ledger.unknown.push(b.tag);
-    }
-}
-
-/// Commits increasing offsets for a few groups until the broker dies.
-fn commit(broker_addr: std::net::SocketAddr, round: usize, ledger: Arc<Mutex<Ledger>>) {
-    let Ok(mut client) = Client::connect(broker_addr) else {
-        return;
-    };
-    for i in 0u64.. {
-        let group = format!("group-{}", i % 3);
-        let topic = TOPICS[(i % 3) as usize].to_string();
-        let partition = (i % u64::from(PARTITIONS)) as u32;
-        let value = (round as u64) * 1_000_000 + i;
-        let key = (group.clone(), topic.clone(), partition);
-        ledger
-            .lock()
-            .unwrap()
-            .commits
-            .entry(key.clone())
-            .or_default()
-            .1 = Some(value);
-        if client
-            .commit_offset(&group, &topic, partition, value)
-            .is_err()
-        {
-            return;
-        }
-        let mut ledger = ledger.lock().unwrap();
-        let entry = ledger.commits.get_mut(&key).unwrap();
-        *entry = (Some(value), None);
-    }
-}
-
-/// Reads every partition from offset 0 with a fresh consumer and compares with the ledger.
-/// Acknowledged batches found lost are removed from it (so each is counted once).
-fn verify(broker: &Broker, ledger: &mut Ledger) -> Tally {
-    let mut tally = Tally::default();
-    let mut client = timed_client(broker);
-    let mut seen: HashMap<String, usize> = HashMap::new();
-    for topic in TOPICS {
-        for partition in 0..PARTITIONS {
-            let mut stored: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
-            let mut offset = 0u64;
-            loop {
-                let fetched = match client.fetch(topic, partition, offset, 1 << 20, Duration::ZERO)
-                {
-                    Ok(fetched) => fetched,
-                    Err(e) => {
-                        eprintln!("fetch {topic}/{partition} at {offset}: {e}");
-                        tally.corrupt += 1;
-                        client = timed_client(broker);
-                        break;
-                    }
-                };
-                if fetched.batches.is_empty() {
-                    break;
-                }
-                for batch in fetched.batches {
-                    let header = BatchHeader::decode(&batch, &Default::default()).unwrap();
-                    if header.offset != offset {
-                        tally.gaps += 1;
-                    }
-                    offset = header.offset + header.records();
-                    *seen.entry(tag_of(&batch)).or_default() += 1;
-                    stored.insert(header.offset, batch);
-                }
-            }
-            let acked = ledger
-                .acked
-                .entry((topic.to_string(), partition))
-                .or_default();
-            let mut lost = Vec::new();
-            for (&at, expected) in acked.iter() {
-                tally.acked_batches += 1;
-                match stored.get(&at) {
-                    Some(bytes) if *bytes == expected.stored_at(at) => {}
-                    Some(bytes) if tag_of(bytes) == expected.tag => {
-                        eprintln!("{topic}/{partition} offset {at}: {} differs", expected.tag);
-                        tally.corrupt += 1;
-                    }
-                    _ => {
-                        eprintln!("{topic}/{partition} offset {at}: {} lost", expected.tag);
-                        lost.push(at);
-                    }
-                }
-            }
-            tally.lost += lost.len();
-            for at in lost {
-                acked.remove(&at);
-            }
-        }
-    }
-    tally.duplicated = seen.values().filter(|&&n| n > 1).count();
-    tally.unknown_stored = ledger
-        .unknown
-        .iter()
-        .filter(|t| seen.contains_key(*t))
-        .count();
-    for ((group, topic, partition), (acked, in_flight)) in ledger.commits.iter_mut() {
-        let Some(acked_value) = *acked else { continue };
-        tally.commits_checked += 1;
-        let now = client.fetch_offset(group, topic, *partition).ok().flatten();
-        // A commit in flight at the kill may or may not have been stored.
-        if now != Some(acked_value) && now != *in_flight {
-            eprintln!("commit {group}/{topic}/{partition}: {now:?}, acknowledged {acked_value}");
-            tally.commits_lost += 1;
-        }
-        if let Some(value) = now {
-            *acked = Some(value);
-        }
-        *in_flight = None;
-    }
-    tally
-}
 
 fn run(fsync: &str) {
     let rounds: usize = std::env::var("PAGURUS_CRASH_ROUNDS")
@@ -331,6 +70,12 @@ fn run(fsync: &str) {
         "every core owns a partition"
     );
 
+    let targets: Vec<(String, u32)> = TOPICS.iter().map(|t| (t.to_string(), PARTITIONS)).collect();
+    let checks: Vec<(String, u32, Check)> = targets
+        .iter()
+        .map(|(t, p)| (t.clone(), *p, Check::Whole))
+        .collect();
+    let groups: Vec<String> = (0..3).map(|g| format!("group-{g}")).collect();
     let mut ledger = Ledger::default();
     let mut total = Tally::default();
     let started = Instant::now();
@@ -339,13 +84,18 @@ fn run(fsync: &str) {
         let mut threads = Vec::new();
         for id in 0..PRODUCERS {
             let (shared, seed) = (Arc::clone(&shared), rng.next());
-            let addr = broker.addr;
+            let (addr, targets) = (broker.addr, targets.clone());
             let id = format!("r{round}w{id}");
-            threads.push(std::thread::spawn(move || produce(addr, &id, seed, shared)));
+            threads.push(std::thread::spawn(move || {
+                ledger::produce(addr, &id, seed, &shared, &targets, IN_FLIGHT)
+            }));
         }
         {
             let (shared, addr) = (Arc::clone(&shared), broker.addr);
-            threads.push(std::thread::spawn(move || commit(addr, round, shared)));
+            let (groups, targets) = (groups.clone(), targets.clone());
+            threads.push(std::thread::spawn(move || {
+                ledger::commit(addr, &groups, &targets, round as u64 * 1_000_000, &shared)
+            }));
         }
         std::thread::sleep(Duration::from_millis(200 + rng.below(1300)));
         broker.kill();
@@ -358,7 +108,7 @@ fn run(fsync: &str) {
             .into_inner()
             .unwrap();
         broker.restart();
-        let tally = verify(&broker, &mut ledger);
+        let tally = ledger::verify(&broker, &mut ledger, &checks);
         eprintln!(
             "round {round}: acked batches {} lost {} duplicated {} corrupt {} gaps {} \
              unacknowledged-but-stored {} of {} | commits checked {} lost {}",
@@ -372,13 +122,7 @@ fn run(fsync: &str) {
             tally.commits_checked,
             tally.commits_lost
         );
-        total.lost += tally.lost;
-        total.duplicated = total.duplicated.max(tally.duplicated);
-        total.corrupt += tally.corrupt;
-        total.gaps += tally.gaps;
-        total.commits_lost += tally.commits_lost;
-        total.acked_batches = tally.acked_batches;
-        total.commits_checked = tally.commits_checked;
+        total.add(&tally);
         // Batches of unknown fate are settled now: stored (once) or not.
         ledger.unknown.clear();
     }

@@ -19,7 +19,7 @@ use pagurus::client::blocking::Client;
 use pagurus::protocol::hermit::{self, ACK_FAILED, ACK_STORED};
 use pagurus::protocol::native::{ErrorCode, TopicSettings};
 use pagurus::protocol::record::{self, BatchHeader, encode_batch};
-use pagurus::shard::routing::partition_owner;
+use pagurus::protocol::routing::partition_owner;
 
 /// A small file system mounted for one test, unmounted (lazily) when dropped.
 struct SmallFs {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::protocol::native::{self, ApiKey};
 use crate::protocol::payload::push_record;
 use crate::protocol::record::{self, BatchHeader};
-use crate::shard::routing::fnv1a32;
+use crate::protocol::routing::fnv1a32;
 
 /// Bytes before the topic name: frame length, api, version, correlation id.
 const TOPIC_AT: usize = native::FRAME_LEN_BYTES + native::REQUEST_HEADER_LEN;

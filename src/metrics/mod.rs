@@ -10,8 +10,9 @@
 //! - [`http`]: the endpoint's request parsing and response heads.
 //!
 //! The per-core counters themselves (connections, bytes, mesh, bad input) are
-//! `server::metrics::Metrics`. Every family is listed in `docs/OPERATIONS.md`.
+//! `metrics::counters::Metrics`. Every family is listed in `docs/OPERATIONS.md`.
 
+pub mod counters;
 pub mod exposition;
 pub mod histogram;
 pub mod http;

@@ -7,7 +7,7 @@ use crate::metrics::requests::RequestCount;
 #[derive(Debug, Clone, Default)]
 pub struct CoreSnapshot {
     pub core: usize,
-    /// `(name, value)` of the core's counters and gauges (`server::metrics::Metrics`).
+    /// `(name, value)` of the core's counters and gauges (`metrics::counters::Metrics`).
     pub counters: Vec<(&'static str, u64)>,
     /// Request kinds with any count.
     pub requests: Vec<RequestCount>,

@@ -12,4 +12,5 @@ pub mod kafka;
 pub mod native;
 pub mod payload;
 pub mod record;
+pub mod routing;
 pub mod wire;

@@ -12,8 +12,8 @@ use futures_lite::FutureExt;
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
 
+use crate::metrics::counters::Metrics;
 use crate::server::io::read_exact;
-use crate::server::metrics::Metrics;
 use crate::server::{hermit, native};
 use crate::shard::Shard;
 

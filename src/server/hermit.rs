@@ -18,15 +18,16 @@ use futures_lite::FutureExt;
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
 
+use crate::metrics::counters::Metrics;
 use crate::metrics::requests::RequestKind;
 use crate::protocol::hermit::{self, HermitError};
 use crate::protocol::native::ErrorCode;
-use crate::protocol::record::{self, BatchHeader, RecordError};
+use crate::protocol::record::{BatchHeader, RecordError};
 use crate::server::connection::handshake;
 use crate::server::io::{RequestDeadline, read_some, write_all};
-use crate::server::metrics::Metrics;
 use crate::server::sendfile::send_range;
-use crate::shard::mesh::{Answer, Call};
+use crate::shard::calls::{Fetch, SendPlan};
+use crate::shard::data::Batches;
 use crate::shard::{Failure, Shard};
 
 const PRODUCE: RequestKind = RequestKind::HermitProduce;
@@ -143,7 +144,7 @@ async fn producer(
     };
     buf.advance(used);
     let (topic, partition) = hello;
-    let meta = match shard.ensure_topic(topic.as_bytes()).await {
+    let meta = match shard.topic_on_demand(topic.as_bytes()).await {
         Ok(meta) => meta,
         Err(failure) => {
             shard.metrics.request_counts.request(PRODUCE);
@@ -247,47 +248,14 @@ async fn append(
     partition: u32,
     batch: &[u8],
 ) -> Result<u64, Failure> {
-    let owner = shard.owner(topic, partition);
-    if owner == shard.core {
-        let log = shard.local_log(topic, partition).ok_or_else(|| {
-            Failure::new(
-                crate::protocol::native::ErrorCode::UnknownTopic,
-                "topic is being deleted",
-            )
-        })?;
-        let ticket = log.stage(batch, None).await.inspect_err(|e| {
-            if matches!(e, crate::storage::StorageError::BadBatch(_)) {
-                Metrics::inc(&shard.metrics.bad_batches);
-            }
-        })?;
-        Metrics::inc(&shard.metrics.batches_in);
-        Metrics::add(&shard.metrics.bytes_in, batch.len() as u64);
-        Metrics::add(
-            &shard.metrics.records_in,
-            ticket.end_offset - ticket.base_offset,
-        );
-        log.commit(ticket).await?;
-        return Ok(ticket.base_offset);
-    }
-    // The mesh carries produce batches as (crc, batch) pairs, like a native request.
-    let mut bytes = Vec::with_capacity(4 + batch.len());
-    bytes.extend_from_slice(&record::batch_crc(batch).to_be_bytes());
-    bytes.extend_from_slice(batch);
-    let call = Call::Produce {
-        topic: topic.to_string(),
-        partition,
-        count: 1,
-        batches: bytes.into(),
-    };
-    match shard.route(owner, call).await {
-        Answer::Produced { base_offset, .. } => Ok(base_offset),
-        Answer::Failed(failure) => Err(failure),
-        other => Err(other.unexpected()),
-    }
+    let produced = shard
+        .produce(topic.as_bytes(), partition, Batches::Single(batch))
+        .await?;
+    Ok(produced.base_offset)
 }
 
 enum Wake {
-    Data(Answer),
+    Data(Result<SendPlan, Failure>),
     Disconnected,
 }
 
@@ -309,7 +277,7 @@ async fn consumer(
         return Ok(());
     };
     shard.metrics.request_counts.request(CONSUME);
-    let meta = match shard.ensure_topic(topic.as_bytes()).await {
+    let meta = match shard.topic_on_demand(topic.as_bytes()).await {
         Ok(meta) if partition < meta.partitions => meta,
         refused => {
             let code = refused.map_or_else(|f| f.code, |_| ErrorCode::UnknownPartition);
@@ -323,10 +291,10 @@ async fn consumer(
     };
     // The client sends nothing more; a read that ends means it went away.
     stream.borrow().set_read_timeout(None)?;
-    let (log_start, _) = shard
+    let log_start = shard
         .partition_state(&meta.name, partition)
         .await
-        .unwrap_or((0, 0));
+        .map_or(0, |state| state.log_start_offset);
     let committed = shard
         .fetch_offset(group.as_bytes(), topic.as_bytes(), partition)
         .await
@@ -335,17 +303,16 @@ async fn consumer(
     // Resume at the committed offset; skip forward if retention removed it.
     let mut offset = committed.unwrap_or(log_start).max(log_start);
     debug!(group, topic, partition, offset, "HermitMQ consumer starts");
-    let owner = shard.owner(&topic, partition);
     let mut probe = [0u8; 1];
     loop {
-        let call = Call::Fetch {
+        let call = Fetch {
             topic: topic.clone(),
             partition,
             offset,
             max_bytes: CONSUMER_PUSH_BYTES,
             max_wait_ms: CONSUMER_WAIT_MS,
         };
-        let fetch = async { Wake::Data(shard.route(owner, call).await) };
+        let fetch = async { Wake::Data(shard.fetch(call).await) };
         let gone = async {
             // Any byte or end of stream from a consumer ends it: v1 consumers only listen.
             let _ = read_some(stream, &mut probe).await;
@@ -359,8 +326,8 @@ async fn consumer(
                 );
                 return Ok(());
             }
-            Wake::Data(Answer::Plan(plan)) => plan,
-            Wake::Data(Answer::Failed(Failure {
+            Wake::Data(Ok(plan)) => plan,
+            Wake::Data(Err(Failure {
                 code: crate::protocol::native::ErrorCode::OffsetOutOfRange,
                 range: Some((earliest, latest)),
                 ..
@@ -369,13 +336,9 @@ async fn consumer(
                 offset = if offset < earliest { earliest } else { latest };
                 continue;
             }
-            Wake::Data(Answer::Failed(failure)) => {
+            Wake::Data(Err(failure)) => {
                 shard.metrics.request_counts.error(CONSUME, failure.code);
                 warn!(topic, partition, error = %failure.message, "HermitMQ consumer stopped");
-                return Ok(());
-            }
-            Wake::Data(other) => {
-                warn!(answer = ?other, "unexpected answer to a fetch");
                 return Ok(());
             }
         };
@@ -385,11 +348,11 @@ async fn consumer(
             }
             continue;
         }
-        let file = match shard.segment_files.open(&plan.wal_path, plan.file_id) {
+        let file = match crate::server::sendfile::open_segment(&plan.wal_path, plan.file_id) {
             Ok(file) => file,
             // Replaced by compaction or deleted by retention since the plan: plan again.
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                crate::server::metrics::Metrics::inc(&shard.metrics.fetches_replanned);
+                crate::metrics::counters::Metrics::inc(&shard.metrics.fetches_replanned);
                 debug!(path = %plan.wal_path.display(), %error, "segment replaced after planning; fetching again");
                 continue;
             }

@@ -11,7 +11,6 @@
 pub mod connection;
 pub mod hermit;
 pub mod io;
-pub mod metrics;
 pub mod native;
 pub mod scrape;
 pub mod sendfile;
@@ -80,9 +79,10 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         .validate()
         .map_err(|e| ServeError::Config(e.to_string()))?;
     let data_dir = config.data_dir.display().to_string();
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| ServeError::DataDir {
+    // Durable in its parent at first start, and its own entries durable at every start.
+    crate::storage::fs::prepare_data_dir(&config.data_dir).map_err(|e| ServeError::DataDir {
         path: data_dir.clone(),
-        source,
+        source: std::io::Error::other(e.to_string()),
     })?;
     // Absolute from here on: glommio's directory handles fail on relative paths ("Bad file
     // descriptor" opening a partition directory on a core other than the first).
@@ -272,7 +272,7 @@ async fn run_core_phases(
             None
         })
         .await;
-    let (senders, mut receivers) = match joined {
+    let (senders, receivers) = match joined {
         Some(Ok(joined)) => joined,
         Some(Err(e)) => {
             return Err(ServeError::Executor {
@@ -295,30 +295,7 @@ async fn run_core_phases(
         Arc::clone(config),
         Mesh::new(core, Some(senders)),
     ));
-    for (_peer, receiver) in receivers.streams() {
-        let shard = Rc::clone(&shard);
-        glommio::spawn_local(async move {
-            while let Some(envelope) = receiver.recv().await {
-                match envelope {
-                    Envelope::Call { from, id, call } => {
-                        metrics::Metrics::inc(&shard.metrics.mesh_calls_received);
-                        let shard = Rc::clone(&shard);
-                        glommio::spawn_local(async move {
-                            let answer = shard.handle(call).await;
-                            shard.mesh.answer(from, id, answer).await;
-                            metrics::Metrics::inc(&shard.metrics.mesh_answers_sent);
-                        })
-                        .detach();
-                    }
-                    Envelope::Answer { id, answer } => {
-                        metrics::Metrics::inc(&shard.metrics.mesh_answers_received);
-                        shard.mesh.deliver(id, answer)
-                    }
-                }
-            }
-        })
-        .detach();
-    }
+    shard.start_receivers(receivers);
 
     shard.load().await.map_err(|e| ServeError::Core {
         core,
@@ -463,7 +440,7 @@ async fn accept_loop(
         };
         let Some(slot) = ConnectionSlot::try_take(&connections, shard.config.connections_max)
         else {
-            metrics::Metrics::inc(&shard.metrics.connections_refused);
+            crate::metrics::counters::Metrics::inc(&shard.metrics.connections_refused);
             warn!(
                 limit = shard.config.connections_max,
                 "connection limit reached; connection refused"
@@ -471,14 +448,14 @@ async fn accept_loop(
             drop(stream);
             continue;
         };
-        metrics::Metrics::inc(&shard.metrics.connections_accepted);
-        metrics::Metrics::inc(&shard.metrics.connections_open);
+        crate::metrics::counters::Metrics::inc(&shard.metrics.connections_accepted);
+        crate::metrics::counters::Metrics::inc(&shard.metrics.connections_open);
         let shard = Rc::clone(&shard);
         let tasks = Rc::clone(&tasks);
         tasks.set(tasks.get() + 1);
         glommio::spawn_local(async move {
             connection::serve(Rc::clone(&shard), stream, slot).await;
-            metrics::Metrics::dec(&shard.metrics.connections_open);
+            crate::metrics::counters::Metrics::dec(&shard.metrics.connections_open);
             tasks.set(tasks.get() - 1);
         })
         .detach();
@@ -508,7 +485,7 @@ async fn background_retention(shard: Rc<Shard>) {
                     }
                     match log.enforce_retention(&retention).await {
                         Ok(outcome) if outcome.segments_deleted > 0 => {
-                            metrics::Metrics::add(
+                            crate::metrics::counters::Metrics::add(
                                 &shard.metrics.retention_bytes_deleted,
                                 outcome.bytes_deleted,
                             );

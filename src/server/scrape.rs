@@ -1,5 +1,5 @@
 //! The metrics endpoint. Core 0 serves `GET /metrics` on `--metrics-listen`: it asks every
-//! core for a snapshot of its counters over the mesh ([`Call::MetricsSnapshot`]), renders
+//! core for a snapshot of its counters over the mesh ([`MetricsSnapshot`]), renders
 //! them (`metrics::exposition`) and closes the connection. Nothing on the request path
 //! changes for it: cores read their own `Cell`s when asked.
 //!
@@ -16,13 +16,14 @@ use futures_lite::FutureExt;
 use glommio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
+use crate::metrics::counters::Metrics;
 use crate::metrics::exposition::{self, CONTENT_TYPE};
 use crate::metrics::http::{self, HttpError, REQUEST_HEAD_MAX_BYTES, Status, Target};
-use crate::metrics::snapshot::{CommittedOffset, CoreSnapshot, PartitionSnapshot};
+use crate::metrics::snapshot::CoreSnapshot;
 use crate::server::io::{read_some, write_all};
-use crate::server::metrics::Metrics;
 use crate::shard::Shard;
-use crate::shard::mesh::{Answer, Call};
+use crate::shard::calls::MetricsSnapshot;
+use crate::shard::snapshot::collect;
 
 /// Longest one scrape connection may take, from accept to the last byte written.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,51 +32,6 @@ const CORE_ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
 /// Scrape connections served at once; more are answered 503 at once.
 const SCRAPES_IN_FLIGHT_MAX: usize = 8;
 
-/// This core's metrics: its counters, storage I/O, the partitions it owns and the committed
-/// offsets in its shards. Runs on the core it describes.
-pub fn collect(shard: &Shard) -> CoreSnapshot {
-    let partitions = shard
-        .local_partitions()
-        .into_iter()
-        .map(|(meta, partition, log)| {
-            let stats = log.stats();
-            let segments = log.segments();
-            PartitionSnapshot {
-                topic: meta.name.clone(),
-                partition,
-                log_start_offset: log.log_start_offset(),
-                log_end_offset: log.high_watermark(),
-                size_bytes: segments.iter().map(|(_, size)| size).sum(),
-                segments: segments.len() as u64,
-                batches_in: stats.batches,
-                records_in: stats.records,
-                bytes_in: stats.bytes,
-                records_out: stats.records_read,
-                bytes_out: stats.bytes_read,
-            }
-        })
-        .collect();
-    let committed = shard
-        .offsets
-        .entries(None)
-        .into_iter()
-        .map(|(group, topic, partition, c)| CommittedOffset {
-            group,
-            topic,
-            partition,
-            offset: c.offset,
-        })
-        .collect();
-    CoreSnapshot {
-        core: shard.core,
-        counters: shard.metrics.snapshot(),
-        requests: shard.metrics.request_counts.snapshot(),
-        io: crate::metrics::io::snapshot(),
-        partitions,
-        committed,
-    }
-}
-
 /// Every core's snapshot, indexed by core; `None` for a core that did not answer in time.
 pub async fn gather(shard: &Rc<Shard>) -> Vec<Option<CoreSnapshot>> {
     let deadline = Instant::now() + CORE_ANSWER_TIMEOUT;
@@ -83,23 +39,25 @@ pub async fn gather(shard: &Rc<Shard>) -> Vec<Option<CoreSnapshot>> {
     let mut calls = Vec::new();
     for core in (0..shard.cores()).filter(|&c| c != shard.core) {
         Metrics::inc(&shard.metrics.mesh_calls);
-        match shard.mesh.start(core, Call::MetricsSnapshot).await {
+        match shard.mesh.start(core, MetricsSnapshot).await {
             Ok(id) => calls.push((core, id)),
             Err(failure) => warn!(core, error = %failure.message, "cannot ask core for metrics"),
         }
     }
     let mut snapshots = vec![None; shard.cores()];
     snapshots[shard.core] = Some(collect(shard));
-    for (core, id) in calls {
-        let answer = async { Some(shard.mesh.finish(id).await) }
+    for (core, in_flight) in calls {
+        let answer = async { Some(shard.mesh.finish(in_flight).await) }
             .or(async {
                 glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
                 None
             })
             .await;
         match answer {
-            Some(Answer::Metrics(snapshot)) => snapshots[core] = Some(*snapshot),
-            Some(other) => warn!(core, answer = ?other, "unexpected answer to a metrics call"),
+            Some(Ok(snapshot)) => snapshots[core] = Some(*snapshot),
+            Some(Err(failure)) => {
+                warn!(core, error = %failure.message, "core could not report its metrics")
+            }
             None => {
                 // `finish` forgot the call when it was dropped: a late answer is discarded.
                 warn!(core, timeout = ?CORE_ANSWER_TIMEOUT, "core did not answer the scrape in time; left out");

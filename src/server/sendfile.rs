@@ -82,11 +82,15 @@ pub async fn send_range(
 /// on older kernels one byte of each page is touched instead. (readahead(2) would only
 /// start the reads.)
 async fn populate(file: &Rc<File>, position: u64, length: u64) {
-    let fd = file.as_raw_fd();
     let Ok(len) = usize::try_from(length) else {
         return;
     };
-    // `file` stays open until this returns, so `fd` stays valid in the blocking thread.
+    // A descriptor of its own for the blocking thread, closed when the job ends: if this
+    // future is dropped (the connection went away) the job still runs, and a raw fd could
+    // by then name another file.
+    let Ok(file) = file.try_clone() else {
+        return;
+    };
     glommio::executor()
         .spawn_blocking(move || {
             // SAFETY: segment bytes below the high watermark are never truncated or
@@ -95,7 +99,7 @@ async fn populate(file: &Rc<File>, position: u64, length: u64) {
                 memmap2::MmapOptions::new()
                     .offset(position)
                     .len(len)
-                    .map(fd)
+                    .map(&file)
             }) else {
                 return;
             };
@@ -114,9 +118,20 @@ async fn populate(file: &Rc<File>, position: u64, length: u64) {
 /// compaction unlinks it, so a fetch planned just before never fails midway. Entries are
 /// checked against the (device, inode) in the plan, so a path that now names another file
 /// (compaction's rename, a topic deleted and created again) is opened afresh.
+/// One per core (a thread-local: each core is one thread), kept by the server, not the shard.
 #[derive(Default)]
 pub struct SegmentFiles {
     files: RefCell<HashMap<PathBuf, (Rc<File>, FileId)>>,
+}
+
+thread_local! {
+    static SEGMENT_FILES: SegmentFiles = SegmentFiles::default();
+}
+
+/// A read-only descriptor of the segment file `path`, from this core's cache; `NotFound`
+/// when the path now names another file than `file_id`.
+pub fn open_segment(path: &Path, file_id: FileId) -> io::Result<Rc<File>> {
+    SEGMENT_FILES.with(|files| files.open(path, file_id))
 }
 
 /// Descriptors kept open per core; past this the cache starts over.

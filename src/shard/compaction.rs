@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
+use crate::metrics::counters::Metrics;
 use crate::protocol::native::ErrorCode;
-use crate::server::metrics::Metrics;
-use crate::shard::mesh::{Answer, Call};
+use crate::shard::calls::{Compact, Run};
 use crate::shard::topics::Cleanup;
 use crate::shard::{Failure, Shard};
 use crate::storage::{CompactionOutcome, PartitionLog};
@@ -57,19 +57,15 @@ impl Shard {
                 ),
             ));
         }
-        let call = Call::Compact {
+        let call = Compact {
             topic: topic.to_string(),
             partition,
         };
-        match self.route(self.owner(topic, partition), call).await {
-            Answer::Compacted(outcome) => Ok(outcome),
-            Answer::Failed(failure) => Err(failure),
-            other => Err(other.unexpected()),
-        }
+        self.route(self.owner(topic, partition), call).await
     }
 
     /// The owner's half of [`Shard::compact`].
-    pub(super) async fn compact_local(
+    async fn compact_local(
         &self,
         topic: &str,
         partition: u32,
@@ -157,5 +153,11 @@ pub async fn background_compaction(shard: Rc<Shard>) {
     );
     if let Ok(task) = task {
         task.await;
+    }
+}
+
+impl Run for Compact {
+    async fn run(self, shard: &Rc<Shard>) -> Result<CompactionOutcome, Failure> {
+        shard.compact_local(&self.topic, self.partition).await
     }
 }

@@ -17,9 +17,9 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use crate::protocol::record::{self, BatchHeader, encode_batch};
+use crate::protocol::routing::fnv1a32;
 use crate::protocol::wire::{Put, Reader};
 use crate::shard::Failure;
-use crate::shard::routing::fnv1a32;
 use crate::storage::{LogConfig, PartitionLog, StorageError};
 
 pub const SHARDS: usize = 256;
@@ -81,6 +81,9 @@ pub struct OffsetStore {
     data_dir: std::path::PathBuf,
     config: LogConfig,
     shards: RefCell<HashMap<usize, Rc<RefCell<Option<OffsetShard>>>>>,
+    /// Single-flight for lazy opens: two first commits to one shard must not both open
+    /// (and repair) its log. Opens are rare (once per shard), so one lock serves them all.
+    opening: glommio::sync::Semaphore,
 }
 
 impl OffsetStore {
@@ -96,6 +99,7 @@ impl OffsetStore {
                 ..defaults.clone()
             },
             shards: RefCell::new(HashMap::new()),
+            opening: glommio::sync::Semaphore::new(1),
         }
     }
 
@@ -120,12 +124,21 @@ impl OffsetStore {
             return Ok(slot);
         }
         let dir = self.data_dir.join(OFFSETS_DIR).join(shard.to_string());
+        let _opening = self
+            .opening
+            .acquire_permit(1)
+            .await
+            .map_err(|e| StorageError::Io {
+                path: dir.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        // Another task opened it while this one waited for the lock.
+        if slot.borrow().is_some() {
+            return Ok(slot);
+        }
         let log = PartitionLog::open(&dir, self.config.clone()).await?;
         let latest = replay(&log)?;
-        // Another task may have opened it while this one awaited; keep the first.
-        if slot.borrow().is_none() {
-            *slot.borrow_mut() = Some(OffsetShard { log, latest });
-        }
+        *slot.borrow_mut() = Some(OffsetShard { log, latest });
         Ok(slot)
     }
 
@@ -133,7 +146,7 @@ impl OffsetStore {
     pub async fn commit(&self, key: Vec<u8>, offset: u64) -> Result<(), Failure> {
         let slot = self.shard(shard_of(&key)).await?;
         let log = Rc::clone(&slot.borrow().as_ref().expect("opened").log);
-        let committed_at_ns = crate::storage::log::now_ns();
+        let committed_at_ns = crate::clock::now_ns();
         let mut value = Vec::with_capacity(VALUE_LEN);
         value.put_u64(offset);
         value.put_u64(committed_at_ns);

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::protocol::native::{ErrorCode, TopicSettings};
-use crate::storage::open::sync_dir;
+use crate::storage::fs::{create_dir_durable, rename_durable, sync_dir, write_file_durable};
 use crate::storage::{FsyncPolicy, LogConfig, SEGMENT_BYTES_MAX, StorageError};
 
 /// File holding a topic's settings inside its directory.
@@ -189,15 +189,8 @@ impl TopicMeta {
     pub fn persist(&self, data_dir: &Path) -> Result<(), StorageError> {
         let topics = topics_dir(data_dir);
         let dir = topics.join(&self.name);
-        crate::storage::open::create_dir_durable(&dir)?;
-        let tmp = dir.join(format!("{META_FILE}.tmp"));
-        let path = dir.join(META_FILE);
-        fs::write(&tmp, self.encode()).map_err(|e| StorageError::io(&tmp, e))?;
-        fs::File::open(&tmp)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| StorageError::io(&tmp, e))?;
-        fs::rename(&tmp, &path).map_err(|e| StorageError::io(&path, e))?;
-        sync_dir(&dir)?;
+        create_dir_durable(&dir)?;
+        write_file_durable(&dir, META_FILE, self.encode().as_bytes())?;
         sync_dir(&topics)
     }
 }
@@ -206,7 +199,10 @@ impl TopicMeta {
 /// and skipped (a create that crashed before its rename).
 pub fn load_all(data_dir: &Path, defaults: &LogConfig) -> Result<Vec<TopicMeta>, StorageError> {
     let topics = topics_dir(data_dir);
-    fs::create_dir_all(&topics).map_err(|e| StorageError::io(&topics, e))?;
+    // Durable in the data directory, and every topic entry in it durable too (a killed
+    // earlier run may have made one and not fsynced `topics/`).
+    create_dir_durable(&topics)?;
+    sync_dir(&topics)?;
     let mut out = Vec::new();
     for entry in fs::read_dir(&topics).map_err(|e| StorageError::io(&topics, e))? {
         let entry = entry.map_err(|e| StorageError::io(&topics, e))?;
@@ -239,10 +235,12 @@ pub fn remove_topic_dir(data_dir: &Path, name: &str) -> Result<(), StorageError>
         return Ok(());
     }
     let trash = data_dir.join("trash");
-    fs::create_dir_all(&trash).map_err(|e| StorageError::io(&trash, e))?;
-    let target = trash.join(format!("{name}.{}", crate::storage::log::now_ns()));
-    fs::rename(&dir, &target).map_err(|e| StorageError::io(&dir, e))?;
-    sync_dir(&topics_dir(data_dir))?;
+    create_dir_durable(&trash)?;
+    let target = trash.join(format!("{name}.{}", crate::clock::now_ns()));
+    // Durable in trash/ first, then gone from topics/: the deletion is acknowledged after
+    // this, and a power cut can no longer bring the topic back.
+    rename_durable(&dir, &target)?;
+    // Not fsynced: what a power cut leaves of it stays in trash/, emptied at the next start.
     fs::remove_dir_all(&target).map_err(|e| StorageError::io(&target, e))
 }
 

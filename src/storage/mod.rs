@@ -7,12 +7,15 @@
 //! - [`retention`]: deleting whole closed segments by size and age.
 //! - [`compaction`]: rewriting closed segments to the newest batch per key, crash-safely.
 //! - [`open`]: opening a partition directory: markers, scanning, repair, quarantine.
+//! - [`fs`]: durable file-system steps (sync a directory, replace a file atomically).
 //! - [`verify`]: checking bytes read from disk before they are served; corrupt batches.
-//! - [`watch`]: the wake-up signal group commit and long-polls wait on.
+//! - [`watch`] (re-exported from `crate::watch`): the wake-up signal group commit and
+//!   long-polls wait on.
 //!
 //! The on-disk layout is documented in `docs/STORAGE.md`.
 
 pub mod compaction;
+pub mod fs;
 pub mod index;
 pub mod log;
 pub mod open;
@@ -20,7 +23,8 @@ pub mod recovery;
 pub mod retention;
 pub mod segment;
 pub mod verify;
-pub mod watch;
+// The signal moved to `crate::watch` (the client uses it too); re-exported for storage.
+pub use crate::watch;
 
 use std::path::{Path, PathBuf};
 use std::str::FromStr;

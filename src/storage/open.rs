@@ -26,13 +26,12 @@
 //! [`PartitionLog::close`]: crate::storage::PartitionLog::close
 
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use memmap2::Mmap;
 use tracing::{error, info, warn};
 
+use crate::storage::fs::{self as fs_durable, create_dir_durable, map, sync_dir};
 use crate::storage::index::ENTRY_LEN;
 use crate::storage::recovery::{self, ScanOutcome};
 use crate::storage::segment::{self, Segment, idx_path, wal_path};
@@ -62,8 +61,7 @@ pub async fn open_segments(
     let marker = dir.join(CLEAN_MARKER);
     let clean = marker.exists();
     if clean {
-        fs::remove_file(&marker).map_err(|e| StorageError::io(&marker, e))?;
-        sync_dir(dir)?;
+        fs_durable::remove_file_durable(&marker)?;
     }
     let recovery_point = if clean {
         u64::MAX
@@ -139,7 +137,6 @@ pub async fn open_segments(
         Err(StorageError::Io { path, source })
             if source.kind() == std::io::ErrorKind::StorageFull =>
         {
-            let _ = fs::remove_file(dir.join(format!("{RECOVERY_POINT}.tmp")));
             warn!(path = %path.display(), error = %source, "recovery point not updated: no space");
         }
         other => other?,
@@ -381,15 +378,6 @@ fn read_index_data(file: &File, len: u64) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
-fn map(file: &File, len: u64) -> std::io::Result<Option<Mmap>> {
-    if len == 0 {
-        return Ok(None);
-    }
-    // SAFETY: recovery runs before the partition is served; nothing else maps or writes
-    // these files while the map lives (it is dropped before they are truncated).
-    unsafe { Mmap::map(file) }.map(Some)
-}
-
 fn report(dir: &Path, base: u64, wal_len: u64, idx_exists: bool, outcome: &ScanOutcome) {
     if outcome.is_clean(wal_len) {
         info!(dir = %dir.display(), base, batches = outcome.entries.len(), "segment scanned clean");
@@ -418,7 +406,7 @@ fn quarantine(dir: &Path, bases: &[u64]) -> Result<(), StorageError> {
     // existing name would silently replace what an earlier event kept.
     let target = dir
         .join(QUARANTINE_DIR)
-        .join(crate::storage::log::now_ns().to_string());
+        .join(crate::clock::now_ns().to_string());
     create_dir_durable(&target)?;
     for &base in bases {
         for path in [wal_path(dir, base), idx_path(dir, base)] {
@@ -442,14 +430,7 @@ fn read_recovery_point(dir: &Path) -> u64 {
 }
 
 fn write_recovery_point(dir: &Path, base: u64) -> Result<(), StorageError> {
-    let tmp = dir.join(format!("{RECOVERY_POINT}.tmp"));
-    let path = dir.join(RECOVERY_POINT);
-    let mut file = File::create(&tmp).map_err(|e| StorageError::io(&tmp, e))?;
-    writeln!(file, "{base}")
-        .and_then(|()| file.sync_data())
-        .map_err(|e| StorageError::io(&tmp, e))?;
-    fs::rename(&tmp, &path).map_err(|e| StorageError::io(&path, e))?;
-    sync_dir(dir)
+    fs_durable::write_file_durable(dir, RECOVERY_POINT, format!("{base}\n").as_bytes())
 }
 
 /// Writes the clean-shutdown marker; the caller syncs the directory.
@@ -458,32 +439,4 @@ pub fn write_clean_marker(dir: &Path) -> Result<(), StorageError> {
     File::create(&path)
         .and_then(|f| f.sync_data())
         .map_err(|e| StorageError::io(&path, e))
-}
-
-/// Creates `dir` and any missing parents, fsyncing each parent after an entry is added to
-/// it, so the new directories survive a crash (a partition created, acknowledged, and then
-/// lost with its directory entry would lose acknowledged data).
-pub fn create_dir_durable(dir: &Path) -> Result<(), StorageError> {
-    if dir.is_dir() {
-        return Ok(());
-    }
-    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        create_dir_durable(parent)?;
-    }
-    match fs::create_dir(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(()),
-        Err(e) => return Err(StorageError::io(dir, e)),
-    }
-    match dir.parent().filter(|p| !p.as_os_str().is_empty()) {
-        Some(parent) => sync_dir(parent),
-        None => Ok(()),
-    }
-}
-
-/// fsyncs a directory, making new, renamed and removed entries in it durable.
-pub fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| StorageError::io(dir, e))
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tracing::info;
 
-use crate::storage::log::now_ns;
+use crate::clock::now_ns;
 use crate::storage::segment::{idx_path, wal_path};
 use crate::storage::{PartitionLog, StorageError};
 
@@ -44,27 +44,17 @@ impl PartitionLog {
     ) -> Result<RetentionOutcome, StorageError> {
         let now_ns = now_ns();
         let mut outcome = RetentionOutcome::default();
+        let age_max_ns = retention
+            .age_max
+            .map(|age| u64::try_from(age.as_nanos()).unwrap_or(u64::MAX));
         loop {
-            let victim = {
-                let mut st = self.state.borrow_mut();
-                if st.segments.len() < 2 {
-                    break;
-                }
-                let total: u64 = st.segments.iter().map(|s| s.size_bytes).sum();
-                let oldest = &st.segments[0];
-                let over_size = retention.bytes_max.is_some_and(|max| total > max);
+            let retired = self.retire_oldest_segment(|oldest, total_bytes| {
+                let over_size = retention.bytes_max.is_some_and(|max| total_bytes > max);
                 let newest_ns = oldest.last_entry().map_or(0, |e| e.max_timestamp_ns);
-                let too_old = retention.age_max.is_some_and(|age| {
-                    now_ns.saturating_sub(newest_ns)
-                        > u64::try_from(age.as_nanos()).unwrap_or(u64::MAX)
-                });
-                if !(over_size || too_old) {
-                    break;
-                }
-                st.segments.remove(0)
-            };
-            let (base, size) = (victim.base_offset, victim.size_bytes);
-            drop(victim);
+                let too_old = age_max_ns.is_some_and(|age| now_ns.saturating_sub(newest_ns) > age);
+                over_size || too_old
+            });
+            let Some((base, size)) = retired else { break };
             for path in [wal_path(self.dir(), base), idx_path(self.dir(), base)] {
                 match std::fs::remove_file(&path) {
                     Ok(()) => {}
@@ -78,10 +68,7 @@ impl PartitionLog {
             glommio::yield_if_needed().await;
         }
         if outcome.segments_deleted > 0 {
-            self.directory
-                .sync()
-                .await
-                .map_err(|e| StorageError::io(self.dir(), e.into()))?;
+            self.sync_dir().await?;
         }
         outcome.log_start_offset = self.log_start_offset();
         Ok(outcome)

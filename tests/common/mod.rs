@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 
 use pagurus::client::blocking::Client;
 
+pub mod ledger;
+pub mod powerfs;
+
 pub struct Broker {
     child: Option<Child>,
     pub addr: SocketAddr,
@@ -45,6 +48,12 @@ fn free_ports(extra: u16) -> u16 {
 impl Broker {
     /// Starts a broker with `cores` cores and extra `serve` arguments, in `data_dir`.
     pub fn start_in(data_dir: &Path, cores: usize, args: &[&str]) -> Broker {
+        Broker::start_with_log(data_dir, &data_dir.with_extension("log"), cores, args)
+    }
+
+    /// [`Broker::start_in`] with the broker's log at `log` (for a data directory on a file
+    /// system that a test cuts the power of).
+    pub fn start_with_log(data_dir: &Path, log: &Path, cores: usize, args: &[&str]) -> Broker {
         let port = free_ports(cores as u16 + 1);
         let mut broker = Broker {
             child: None,
@@ -53,7 +62,7 @@ impl Broker {
             args: args.iter().map(|s| s.to_string()).collect(),
             env: Vec::new(),
             cores,
-            log: data_dir.with_extension("log"),
+            log: log.to_path_buf(),
         };
         broker.spawn();
         broker
@@ -98,8 +107,16 @@ impl Broker {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(client) = Client::connect(self.addr) {
-                drop(client);
+            // Ready when the main port and every core's shard port answer: each core binds
+            // its own listeners, so the main port can be up before another core's port.
+            let shard_ports = !self.args.iter().any(|a| a == "--no-shard-ports");
+            if Client::connect(self.addr).is_ok()
+                && (!shard_ports
+                    || (0..self.cores).all(|core| {
+                        let port = self.addr.port() + 1 + core as u16;
+                        Client::connect(SocketAddr::from(([127, 0, 0, 1], port))).is_ok()
+                    }))
+            {
                 return Ok(());
             }
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {

@@ -21,7 +21,7 @@ use crate::client::glommio::Client;
 use crate::client::produce::{Accumulator, BatchLimits};
 use crate::client::routing::Routes;
 use crate::protocol::native::Request;
-use crate::storage::watch::Watch;
+use crate::watch::Watch;
 
 #[derive(Debug, Clone)]
 pub struct ProducerConfig {

@@ -1,0 +1,248 @@
+//! Topic administration: creation (on demand or asked for), deletion and compaction
+//! requests. Creation and deletion run on the controller (core 0), one at a time, in
+//! rounds over every core.
+//!
+//! Create: write `topic.meta` durably; every owner opens its partitions (unpublished);
+//! then every core publishes the topic. If a step fails before the publish round, the
+//! creation is rolled back: every core drops what it opened and `topic.meta` is removed
+//! durably, so the topic does not appear after a restart either.
+
+use std::rc::Rc;
+
+use tracing::{info, warn};
+
+use crate::metrics::counters::Metrics;
+use crate::protocol::native::{ErrorCode, TopicSettings};
+use crate::shard::calls::{CreateTopic, DeleteTopic, DropTopic, OpenPartitions, PublishTopic, Run};
+use crate::shard::topics::{self, TopicMeta};
+use crate::shard::{CONTROLLER_CORE, Failure, Shard};
+
+impl Shard {
+    /// The topic a produce or fetch names, created with one partition if it does not exist
+    /// (topics are created on demand). The one place where that is decided, for every
+    /// protocol.
+    pub async fn topic_on_demand(self: &Rc<Self>, name: &[u8]) -> Result<Rc<TopicMeta>, Failure> {
+        let name = self.valid_name(name, "topic")?;
+        if let Some(meta) = self.topic(name) {
+            return Ok(meta);
+        }
+        let settings = TopicSettings {
+            partitions: 1,
+            ..Default::default()
+        };
+        self.create_via_controller(name, &settings, true).await?;
+        self.topic(name).ok_or_else(|| {
+            Failure::new(
+                ErrorCode::Internal,
+                format!("topic {name} was created but is not known here"),
+            )
+        })
+    }
+
+    /// A topic that must exist already, and the partition that must be in it.
+    pub fn known_partition(&self, topic: &str, partition: u32) -> Result<Rc<TopicMeta>, Failure> {
+        let Some(meta) = self.topic(topic) else {
+            return Err(Failure::new(
+                ErrorCode::UnknownTopic,
+                format!("unknown topic {topic}"),
+            ));
+        };
+        check_partition(&meta, partition)?;
+        Ok(meta)
+    }
+
+    /// Creates a topic from a client's request (on any core; forwarded to the controller).
+    pub async fn create_topic(
+        self: &Rc<Self>,
+        name: &[u8],
+        settings: &TopicSettings,
+    ) -> Result<(), Failure> {
+        let name = self.valid_name(name, "topic")?;
+        self.create_via_controller(name, settings, false).await
+    }
+
+    async fn create_via_controller(
+        self: &Rc<Self>,
+        name: &str,
+        settings: &TopicSettings,
+        if_not_exists: bool,
+    ) -> Result<(), Failure> {
+        let meta = TopicMeta::from_settings(name, settings, &self.config.log)
+            .map_err(|(code, msg)| Failure::new(code, msg))?;
+        let call = CreateTopic {
+            meta,
+            if_not_exists,
+        };
+        self.route(CONTROLLER_CORE, call).await
+    }
+
+    pub async fn delete_topic(self: &Rc<Self>, name: &[u8]) -> Result<(), Failure> {
+        let name = self.valid_name(name, "topic")?;
+        let call = DeleteTopic {
+            name: name.to_string(),
+        };
+        self.route(CONTROLLER_CORE, call).await
+    }
+
+    /// Runs a call on every core in order; the first failure stops it.
+    async fn broadcast<C: Run<Reply = ()>>(
+        self: &Rc<Self>,
+        make: impl Fn() -> C,
+    ) -> Result<(), Failure> {
+        for core in 0..self.cores() {
+            self.route(core, make()).await?;
+        }
+        Ok(())
+    }
+
+    async fn controller_permit(&self) -> Result<glommio::sync::Permit<'_>, Failure> {
+        assert_eq!(self.core, CONTROLLER_CORE);
+        self.controller_lock
+            .acquire_permit(1)
+            .await
+            .map_err(|e| Failure::new(ErrorCode::Internal, e.to_string()))
+    }
+
+    async fn create_on_controller(self: &Rc<Self>, call: CreateTopic) -> Result<(), Failure> {
+        let CreateTopic {
+            meta,
+            if_not_exists,
+        } = call;
+        let _lock = self.controller_permit().await?;
+        if self.topic(&meta.name).is_some() {
+            return if if_not_exists {
+                Ok(())
+            } else {
+                Err(Failure::new(
+                    ErrorCode::TopicExists,
+                    format!("topic {} exists", meta.name),
+                ))
+            };
+        }
+        if self.topic_count() >= self.config.topics_max {
+            Metrics::inc(&self.metrics.topic_limit_hits);
+            warn!(topic = %meta.name, limit = self.config.topics_max, "topic limit reached");
+            return Err(Failure::new(
+                ErrorCode::TopicLimit,
+                format!(
+                    "the broker holds its maximum of {} topics",
+                    self.config.topics_max
+                ),
+            ));
+        }
+        // Several fsyncs: on the blocking thread, so that a client creating topics in a
+        // loop does not stall every other connection of this core.
+        let (persisted, data_dir) = (meta.clone(), self.config.data_dir.clone());
+        let written = glommio::executor()
+            .spawn_blocking(move || persisted.persist(&data_dir))
+            .await;
+        // Two rounds: every owner opens its partitions, then every core learns the topic.
+        let opened = match written {
+            Ok(()) => {
+                self.broadcast(|| OpenPartitions { meta: meta.clone() })
+                    .await
+            }
+            Err(error) => Err(Failure::from(error)),
+        };
+        if let Err(failure) = opened {
+            self.roll_back_create(&meta.name, &failure).await;
+            return Err(failure);
+        }
+        self.broadcast(|| PublishTopic { meta: meta.clone() })
+            .await?;
+        info!(topic = %meta.name, partitions = meta.partitions, "topic created");
+        Ok(())
+    }
+
+    /// Undoes a creation that failed before its publish round: every core drops what it
+    /// opened, and `topic.meta` (with the topic's directory) is removed durably.
+    async fn roll_back_create(self: &Rc<Self>, name: &str, failure: &Failure) {
+        warn!(topic = %name, error = %failure.message, "topic creation failed; rolling it back");
+        for core in 0..self.cores() {
+            let call = DropTopic {
+                name: name.to_string(),
+            };
+            if let Err(error) = self.route(core, call).await {
+                warn!(topic = %name, core, error = %error.message, "core could not drop a topic being rolled back");
+            }
+        }
+        let (data_dir, removed) = (self.config.data_dir.clone(), name.to_string());
+        let removed = glommio::executor()
+            .spawn_blocking(move || topics::remove_topic_dir(&data_dir, &removed))
+            .await;
+        if let Err(error) = removed {
+            warn!(topic = %name, %error, "could not remove a topic whose creation failed; it may appear after a restart");
+        }
+    }
+
+    async fn delete_on_controller(self: &Rc<Self>, name: &str) -> Result<(), Failure> {
+        let _lock = self.controller_permit().await?;
+        if self.topic(name).is_none() {
+            return Err(Failure::new(
+                ErrorCode::UnknownTopic,
+                format!("unknown topic {name}"),
+            ));
+        }
+        self.broadcast(|| DropTopic {
+            name: name.to_string(),
+        })
+        .await?;
+        let (data_dir, removed) = (self.config.data_dir.clone(), name.to_string());
+        glommio::executor()
+            .spawn_blocking(move || topics::remove_topic_dir(&data_dir, &removed))
+            .await
+            .map_err(Failure::from)?;
+        info!(topic = %name, "topic deleted");
+        Ok(())
+    }
+}
+
+/// `partition` must be one of `meta`'s.
+pub fn check_partition(meta: &TopicMeta, partition: u32) -> Result<(), Failure> {
+    if partition < meta.partitions {
+        return Ok(());
+    }
+    Err(Failure::new(
+        ErrorCode::UnknownPartition,
+        format!(
+            "topic {} has {} partitions; {partition} does not exist",
+            meta.name, meta.partitions
+        ),
+    ))
+}
+
+impl Run for CreateTopic {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+        // Boxed: the controller's rounds route further calls from inside this one.
+        Box::pin(shard.create_on_controller(self)).await
+    }
+}
+
+impl Run for DeleteTopic {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+        Box::pin(shard.delete_on_controller(&self.name)).await
+    }
+}
+
+impl Run for OpenPartitions {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+        shard
+            .open_partitions(&self.meta)
+            .await
+            .map_err(Failure::from)
+    }
+}
+
+impl Run for PublishTopic {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+        shard.publish_topic(self.meta);
+        Ok(())
+    }
+}
+
+impl Run for DropTopic {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+        shard.drop_topic(&self.name);
+        Ok(())
+    }
+}

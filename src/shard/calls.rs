@@ -1,0 +1,236 @@
+//! The typed mesh: one struct per cross-core call, each with its reply type.
+//!
+//! [`mesh_calls!`] lists every call once, with its reply. From that one list it makes the
+//! [`Call`] and [`Answer`] envelopes and, for each call, the [`MeshCall`] glue that puts it
+//! in its envelope and takes its reply out of the answer. A handler ([`Run`]) returns the
+//! call's own reply type, and [`dispatch`] wraps it in the matching answer variant, so a
+//! call answered with the wrong kind of answer does not compile.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use crate::metrics::snapshot::CoreSnapshot;
+use crate::protocol::native::{ErrorCode, OffsetSpec};
+use crate::shard::topics::TopicMeta;
+use crate::shard::{Failure, Shard};
+use crate::storage::CompactionOutcome;
+
+/// A call that can cross the mesh: what it answers with, and how it travels.
+pub trait MeshCall: Sized {
+    type Reply;
+    fn into_call(self) -> Call;
+    /// The reply in an answer to this call. The answer's variant is made from the call's
+    /// own by [`dispatch`]; another variant cannot happen, and is an internal error.
+    fn reply(answer: Answer) -> Result<Self::Reply, Failure>;
+}
+
+/// Runs a call on the core that owns its data.
+#[allow(async_fn_in_trait)] // used inside the crate only, on one thread
+pub trait Run: MeshCall {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Self::Reply, Failure>;
+}
+
+macro_rules! mesh_calls {
+    ($($(#[$doc:meta])* $name:ident -> $reply:ty;)+) => {
+        /// A request for another core: one variant per call struct.
+        #[derive(Debug)]
+        pub enum Call {
+            $($name($name),)+
+        }
+
+        /// The answer to a [`Call`]: the same variant, carrying the call's reply.
+        #[derive(Debug)]
+        pub enum Answer {
+            $($name(Result<$reply, Failure>),)+
+        }
+
+        $(
+            impl MeshCall for $name {
+                type Reply = $reply;
+                fn into_call(self) -> Call {
+                    Call::$name(self)
+                }
+                fn reply(answer: Answer) -> Result<$reply, Failure> {
+                    match answer {
+                        Answer::$name(reply) => reply,
+                        #[allow(unreachable_patterns)]
+                        other => Err(mismatch(stringify!($name), &other)),
+                    }
+                }
+            }
+        )+
+
+        /// Runs a call that arrived over the mesh; its answer is the same variant.
+        pub async fn dispatch(shard: &Rc<Shard>, call: Call) -> Answer {
+            match call {
+                $(Call::$name(call) => Answer::$name(call.run(shard).await),)+
+            }
+        }
+
+        impl Call {
+            /// The call's name, for logs.
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(Call::$name(_) => stringify!($name),)+
+                }
+            }
+        }
+    };
+}
+
+fn mismatch(call: &str, answer: &Answer) -> Failure {
+    tracing::error!(call, ?answer, "mesh answer of another kind than its call");
+    Failure::new(
+        ErrorCode::Internal,
+        format!("{call} answered with {answer:?}"),
+    )
+}
+
+/// The reply to a produce: the request's offsets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Produced {
+    pub base_offset: u64,
+    pub next_offset: u64,
+}
+
+/// Where a partition's log starts and ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PartitionState {
+    pub log_start_offset: u64,
+    pub high_watermark: u64,
+}
+
+/// Where a fetch's bytes are: a range of a segment file, with the batches' CRCs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendPlan {
+    pub wal_path: std::path::PathBuf,
+    /// (device, inode) the path must still name; a descriptor of another file is stale.
+    pub file_id: crate::storage::segment::FileId,
+    pub position: u64,
+    pub length: u64,
+    pub crcs: Vec<u32>,
+    /// Records in the range.
+    pub records: u64,
+    /// Offset after the last batch in the range (the requested offset if it is empty).
+    pub next_offset: u64,
+    pub high_watermark: u64,
+    pub log_start_offset: u64,
+    /// The range is in the active segment, whose pages are most likely cached.
+    pub hot: bool,
+}
+
+/// A committed offset as (group, topic, partition, offset).
+pub type GroupOffset = (String, String, u32, u64);
+
+/// Append batches: validated `(crc, batch)` pairs, as in a native produce request.
+#[derive(Debug)]
+pub struct Produce {
+    pub topic: String,
+    pub partition: u32,
+    pub count: u32,
+    pub batches: Bytes,
+}
+
+/// Plan a read, waiting up to `max_wait_ms` for data if there is none yet.
+#[derive(Debug)]
+pub struct Fetch {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub max_bytes: u32,
+    pub max_wait_ms: u32,
+}
+
+#[derive(Debug)]
+pub struct ListOffsets {
+    pub topic: String,
+    pub partition: u32,
+    pub spec: OffsetSpec,
+}
+
+/// The states of several partitions one core owns, in one round trip; `None` for one
+/// that core does not have (deleted meanwhile).
+#[derive(Debug)]
+pub struct PartitionStates {
+    pub partitions: Vec<(String, u32)>,
+}
+
+/// To the controller (core 0).
+#[derive(Debug)]
+pub struct CreateTopic {
+    pub meta: TopicMeta,
+    pub if_not_exists: bool,
+}
+
+/// To the controller (core 0).
+#[derive(Debug)]
+pub struct DeleteTopic {
+    pub name: String,
+}
+
+/// From the controller to every core: open the partitions of a new topic you own.
+#[derive(Debug)]
+pub struct OpenPartitions {
+    pub meta: TopicMeta,
+}
+
+/// From the controller to every core, once all opened theirs: the topic exists.
+#[derive(Debug)]
+pub struct PublishTopic {
+    pub meta: TopicMeta,
+}
+
+/// From the controller to every core: forget a topic (published or only opened), close
+/// its partitions.
+#[derive(Debug)]
+pub struct DropTopic {
+    pub name: String,
+}
+
+/// To the owner of the key's offsets shard.
+#[derive(Debug)]
+pub struct CommitOffset {
+    pub key: Vec<u8>,
+    pub offset: u64,
+}
+
+/// To the owner of the key's offsets shard.
+#[derive(Debug)]
+pub struct FetchOffset {
+    pub key: Vec<u8>,
+}
+
+/// To every core: the committed offsets of one group (or all) in its shards.
+#[derive(Debug)]
+pub struct GroupOffsets {
+    pub group: Option<String>,
+}
+
+/// To the owner: run a compaction pass on the partition now.
+#[derive(Debug)]
+pub struct Compact {
+    pub topic: String,
+    pub partition: u32,
+}
+
+/// To every core: its metrics, for a scrape.
+#[derive(Debug)]
+pub struct MetricsSnapshot;
+
+mesh_calls! {
+    Produce -> Produced;
+    Fetch -> SendPlan;
+    ListOffsets -> u64;
+    PartitionStates -> Vec<Option<PartitionState>>;
+    CreateTopic -> ();
+    DeleteTopic -> ();
+    OpenPartitions -> ();
+    PublishTopic -> ();
+    DropTopic -> ();
+    CommitOffset -> ();
+    FetchOffset -> Option<u64>;
+    GroupOffsets -> Vec<GroupOffset>;
+    Compact -> CompactionOutcome;
+    MetricsSnapshot -> Box<CoreSnapshot>;
+}

@@ -1,0 +1,472 @@
+//! The data path: produce, fetch plans, list offsets, partition states and metadata,
+//! wherever the partition lives.
+//!
+//! A produce is two-phase so that a front-end can keep many in flight on one connection in
+//! request order: [`Shard::start_produce`] stages the batches (local owner) or sends the
+//! call (remote owner) before the next request is read, and [`Shard::finish_produce`]
+//! waits for the acknowledgement. The append's metrics (batches, records and bytes in, bad
+//! batches) are counted once, by [`stage_all`], on the core that owns the partition.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_lite::FutureExt;
+use tracing::warn;
+
+use crate::metrics::counters::Metrics;
+use crate::protocol::native::{ErrorCode, OffsetSpec, ProduceBatches};
+use crate::protocol::record;
+use crate::shard::admin::check_partition;
+use crate::shard::calls::{
+    Fetch, ListOffsets, PartitionState, PartitionStates, Produce, Produced, Run, SendPlan,
+};
+use crate::shard::mesh::InFlight;
+use crate::shard::topics::TopicMeta;
+use crate::shard::{Failure, Shard};
+use crate::storage::{PartitionLog, StorageError, Ticket};
+
+/// Partitions asked of one core, and where each goes in the answer.
+type Asked = (Vec<(String, u32)>, Vec<usize>);
+
+/// Batches to append, as a front-end has them.
+#[derive(Clone, Copy)]
+pub enum Batches<'a> {
+    /// Validated `(crc, batch)` pairs (CRCs checked), as a native produce request holds them.
+    Checked(ProduceBatches<'a>),
+    /// One batch whose CRC the broker computes (HermitMQ v1 sends none).
+    Single(&'a [u8]),
+}
+
+/// A produce started by [`Shard::start_produce`] and not yet acknowledged.
+pub enum ProduceInFlight {
+    /// Staged on this core; acknowledged once `last` is committed.
+    Local {
+        log: Rc<PartitionLog>,
+        base_offset: u64,
+        last: Ticket,
+    },
+    /// Sent to the owner core; dropping it forgets the call.
+    Remote(InFlight<Produce>),
+}
+
+/// One partition in a metadata answer.
+#[derive(Debug, Clone, Copy)]
+pub struct PartitionInfo {
+    pub owner_core: usize,
+    /// `None` when its owner no longer has it (deleted meanwhile).
+    pub state: Option<PartitionState>,
+}
+
+/// One topic in a metadata answer; `meta` is `None` for a topic that does not exist.
+#[derive(Debug, Clone)]
+pub struct TopicInfo {
+    pub name: String,
+    pub meta: Option<Rc<TopicMeta>>,
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// What every core serves: its topics with their partitions' owners and offsets, and the
+/// shard port of each core (0 when it has none).
+#[derive(Debug, Clone)]
+pub struct Metadata {
+    pub core_ports: Vec<u16>,
+    pub topics: Vec<TopicInfo>,
+}
+
+impl Shard {
+    /// Starts a produce: the topic is created on demand, then the batches are staged here
+    /// (offsets assigned, the write kicked off) or sent to the owner core, in the order of
+    /// the calls. Wait for the acknowledgement with [`Shard::finish_produce`].
+    pub async fn start_produce(
+        self: &Rc<Self>,
+        topic: &[u8],
+        partition: u32,
+        batches: Batches<'_>,
+    ) -> Result<ProduceInFlight, Failure> {
+        let meta = self.topic_on_demand(topic).await?;
+        check_partition(&meta, partition)?;
+        let owner = self.owner(&meta.name, partition);
+        if owner == self.core {
+            let Some(log) = self.local_log(&meta.name, partition) else {
+                return Err(Failure::new(
+                    ErrorCode::UnknownTopic,
+                    format!("topic {} is being deleted", meta.name),
+                ));
+            };
+            let (base_offset, last) = match batches {
+                Batches::Checked(batches) => stage_all(&log, batches, &self.metrics).await?,
+                Batches::Single(batch) => stage_one(&log, batch, &self.metrics).await?,
+            };
+            // The write and fsync start now, even while the connection waits on something
+            // else (a long poll ahead of this produce).
+            log.kick();
+            return Ok(ProduceInFlight::Local {
+                log,
+                base_offset,
+                last,
+            });
+        }
+        let call = match batches {
+            Batches::Checked(batches) => Produce {
+                topic: meta.name.clone(),
+                partition,
+                count: batches.count,
+                batches: Bytes::copy_from_slice(batches.as_bytes()),
+            },
+            Batches::Single(batch) => {
+                // The mesh carries (crc, batch) pairs, like a native request.
+                let mut bytes = Vec::with_capacity(4 + batch.len());
+                bytes.extend_from_slice(&record::batch_crc(batch).to_be_bytes());
+                bytes.extend_from_slice(batch);
+                Produce {
+                    topic: meta.name.clone(),
+                    partition,
+                    count: 1,
+                    batches: bytes.into(),
+                }
+            }
+        };
+        Metrics::inc(&self.metrics.mesh_calls);
+        let in_flight = self.mesh.start(owner, call).await?;
+        Ok(ProduceInFlight::Remote(in_flight))
+    }
+
+    /// True when [`Shard::finish_produce`] would not wait.
+    pub fn produce_ready(&self, produce: &ProduceInFlight) -> bool {
+        match produce {
+            ProduceInFlight::Local { log, last, .. } => log.is_committed(last).unwrap_or(true),
+            ProduceInFlight::Remote(in_flight) => self.mesh.is_answered(in_flight),
+        }
+    }
+
+    /// Waits until a started produce is acknowledged (durable under `fsync = always`).
+    pub async fn finish_produce(&self, produce: ProduceInFlight) -> Result<Produced, Failure> {
+        match produce {
+            ProduceInFlight::Local {
+                log,
+                base_offset,
+                last,
+            } => {
+                log.commit(last).await?;
+                Ok(Produced {
+                    base_offset,
+                    next_offset: last.end_offset,
+                })
+            }
+            ProduceInFlight::Remote(in_flight) => self.mesh.finish(in_flight).await,
+        }
+    }
+
+    /// Both halves of a produce.
+    pub async fn produce(
+        self: &Rc<Self>,
+        topic: &[u8],
+        partition: u32,
+        batches: Batches<'_>,
+    ) -> Result<Produced, Failure> {
+        let started = self.start_produce(topic, partition, batches).await?;
+        self.finish_produce(started).await
+    }
+
+    /// A read plan for `fetch`, from the partition's owner, long-polling up to its
+    /// `max_wait_ms`. The topic is created on demand. The bytes are sent by the caller's
+    /// core from its own descriptor of the segment file (zero-copy).
+    pub async fn fetch(self: &Rc<Self>, fetch: Fetch) -> Result<SendPlan, Failure> {
+        let meta = self.topic_on_demand(fetch.topic.as_bytes()).await?;
+        check_partition(&meta, fetch.partition)?;
+        self.route(self.owner(&meta.name, fetch.partition), fetch)
+            .await
+    }
+
+    /// The earliest, latest, or first-at-a-timestamp offset of a partition.
+    pub async fn list_offsets(
+        self: &Rc<Self>,
+        topic: &[u8],
+        partition: u32,
+        spec: OffsetSpec,
+    ) -> Result<u64, Failure> {
+        let topic = self.valid_name(topic, "topic")?.to_string();
+        let owner = self.owner(&topic, partition);
+        let call = ListOffsets {
+            topic,
+            partition,
+            spec,
+        };
+        self.route(owner, call).await
+    }
+
+    /// The state of one partition, wherever it lives.
+    pub async fn partition_state(
+        self: &Rc<Self>,
+        topic: &str,
+        partition: u32,
+    ) -> Result<PartitionState, Failure> {
+        let owner = self.owner(topic, partition);
+        let call = PartitionStates {
+            partitions: vec![(topic.to_string(), partition)],
+        };
+        let mut states = self.route(owner, call).await?;
+        match states.pop().flatten() {
+            Some(state) => Ok(state),
+            None => Err(self.owned_log(topic, partition).err().unwrap_or_else(|| {
+                Failure::new(ErrorCode::UnknownTopic, format!("unknown topic {topic}"))
+            })),
+        }
+    }
+
+    /// The states of many partitions: one call per owner core, all cores at once. In the
+    /// order asked; `None` for a partition its owner does not have (or did not answer).
+    pub async fn partition_states(
+        self: &Rc<Self>,
+        partitions: &[(String, u32)],
+    ) -> Vec<Option<PartitionState>> {
+        // For each core: the partitions it owns, and where each goes in the answer.
+        let mut by_core: HashMap<usize, Asked> = HashMap::new();
+        for (at, (topic, partition)) in partitions.iter().enumerate() {
+            let entry = by_core.entry(self.owner(topic, *partition)).or_default();
+            entry.0.push((topic.clone(), *partition));
+            entry.1.push(at);
+        }
+        let mut places = Vec::with_capacity(by_core.len());
+        let mut calls = Vec::with_capacity(by_core.len());
+        for (core, (asked, at)) in by_core {
+            calls.push((core, PartitionStates { partitions: asked }));
+            places.push(at);
+        }
+        let mut out = vec![None; partitions.len()];
+        for (reply, at) in self.on_cores(calls).await.into_iter().zip(places) {
+            match reply {
+                Ok(states) => {
+                    for (state, at) in states.into_iter().zip(at) {
+                        out[at] = state;
+                    }
+                }
+                Err(failure) => warn!(error = %failure.message, "partition states not answered"),
+            }
+        }
+        out
+    }
+
+    /// Metadata of the topics named (every topic when `names` is empty).
+    pub async fn metadata(self: &Rc<Self>, names: Vec<String>) -> Metadata {
+        let names = if names.is_empty() {
+            self.topic_names()
+        } else {
+            names
+        };
+        let core_ports = (0..self.cores())
+            .map(|core| self.config.shard_port(core).unwrap_or(0))
+            .collect();
+        let mut asked = Vec::new();
+        let mut topics: Vec<TopicInfo> = Vec::with_capacity(names.len());
+        for name in names {
+            let meta = self.topic(&name);
+            let mut partitions = Vec::new();
+            if let Some(meta) = &meta {
+                for partition in 0..meta.partitions {
+                    asked.push((name.clone(), partition));
+                    partitions.push(PartitionInfo {
+                        owner_core: self.owner(&name, partition),
+                        state: None,
+                    });
+                }
+            }
+            topics.push(TopicInfo {
+                name,
+                meta,
+                partitions,
+            });
+        }
+        let mut states = self.partition_states(&asked).await.into_iter();
+        for topic in &mut topics {
+            for partition in &mut topic.partitions {
+                partition.state = states.next().flatten();
+            }
+        }
+        Metadata { core_ports, topics }
+    }
+
+    async fn fetch_local(
+        &self,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        max_bytes: u32,
+        max_wait_ms: u32,
+    ) -> Result<SendPlan, Failure> {
+        let log = self.owned_log(topic, partition)?;
+        let wait = Duration::from_millis(max_wait_ms.into()).min(self.config.fetch_wait_max);
+        let deadline = Instant::now() + wait;
+        loop {
+            let plan = log
+                .read_plan(offset, u64::from(max_bytes.max(1)))
+                .inspect_err(|e| self.note_corrupt(&log, e))?;
+            let now = Instant::now();
+            if !plan.is_empty() || now >= deadline || self.shutdown.is_requested() {
+                let (plan, read) = if plan.is_empty() {
+                    (plan, false)
+                } else {
+                    let (checked, found) = log.check_plan(plan).await;
+                    Metrics::add(&self.metrics.corrupt_batches_detected, found);
+                    checked.inspect_err(|e| self.note_corrupt(&log, e))?
+                };
+                let active_base = log.segments().last().map_or(0, |s| s.0);
+                let records = plan.batches.iter().map(|b| u64::from(b.records)).sum();
+                log.count_read(records, plan.length);
+                return Ok(SendPlan {
+                    wal_path: crate::storage::segment::wal_path(
+                        log.dir(),
+                        plan.segment_base_offset,
+                    ),
+                    file_id: plan.file_id,
+                    position: plan.position,
+                    length: plan.length,
+                    crcs: plan.batches.iter().map(|b| b.crc).collect(),
+                    records,
+                    next_offset: plan.next_offset().unwrap_or(offset),
+                    high_watermark: plan.high_watermark,
+                    log_start_offset: plan.log_start_offset,
+                    // Just read for the check, or in the active segment: in the page cache.
+                    hot: read || plan.segment_base_offset == active_base,
+                });
+            }
+            // Wake on new data, at the deadline, or at shutdown, whichever comes first.
+            let changed = log.changed();
+            let timer = glommio::timer::sleep(deadline - now);
+            let stop = self.shutdown.wait();
+            changed.or(timer).or(stop).await;
+        }
+    }
+
+    fn note_corrupt(&self, log: &PartitionLog, error: &StorageError) {
+        if let StorageError::Corrupt {
+            offset,
+            next_offset,
+        } = error
+        {
+            warn!(dir = %log.dir().display(), offset, next_offset, "fetch refused: it starts at a corrupt batch");
+        }
+    }
+}
+
+impl Run for Produce {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Produced, Failure> {
+        let (log, base_offset, last) = shard.stage_produce(&self).await?;
+        log.commit(last).await?;
+        Ok(Produced {
+            base_offset,
+            next_offset: last.end_offset,
+        })
+    }
+}
+
+impl Shard {
+    /// The owner's first half of a remote produce: stages it, counting its metrics.
+    pub(crate) async fn stage_produce(
+        &self,
+        produce: &Produce,
+    ) -> Result<(Rc<PartitionLog>, u64, Ticket), Failure> {
+        let log = self.owned_log(&produce.topic, produce.partition)?;
+        let limits = self.config.log.limits;
+        let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
+        let (base_offset, last) = stage_all(&log, batches, &self.metrics).await?;
+        Ok((log, base_offset, last))
+    }
+}
+
+impl Run for Fetch {
+    async fn run(self, shard: &Rc<Shard>) -> Result<SendPlan, Failure> {
+        shard
+            .fetch_local(
+                &self.topic,
+                self.partition,
+                self.offset,
+                self.max_bytes,
+                self.max_wait_ms,
+            )
+            .await
+    }
+}
+
+impl Run for ListOffsets {
+    async fn run(self, shard: &Rc<Shard>) -> Result<u64, Failure> {
+        let log = shard.owned_log(&self.topic, self.partition)?;
+        Ok(match self.spec {
+            OffsetSpec::Earliest => log.log_start_offset(),
+            OffsetSpec::Latest => log.high_watermark(),
+            OffsetSpec::Timestamp(ts) => log
+                .offset_for_timestamp(ts)
+                .unwrap_or_else(|| log.high_watermark()),
+        })
+    }
+}
+
+impl Run for PartitionStates {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<Option<PartitionState>>, Failure> {
+        Ok(self
+            .partitions
+            .iter()
+            .map(|(topic, partition)| {
+                shard
+                    .local_log(topic, *partition)
+                    .map(|log| PartitionState {
+                        log_start_offset: log.log_start_offset(),
+                        high_watermark: log.high_watermark(),
+                    })
+            })
+            .collect())
+    }
+}
+
+/// Stages one batch whose CRC the broker computes (HermitMQ v1), counting it like
+/// [`stage_all`].
+async fn stage_one(
+    log: &Rc<PartitionLog>,
+    batch: &[u8],
+    metrics: &Metrics,
+) -> Result<(u64, Ticket), Failure> {
+    let ticket = log.stage(batch, None).await.inspect_err(|e| {
+        if matches!(e, StorageError::BadBatch(_)) {
+            Metrics::inc(&metrics.bad_batches);
+        }
+    })?;
+    Metrics::inc(&metrics.batches_in);
+    Metrics::add(&metrics.records_in, ticket.end_offset - ticket.base_offset);
+    Metrics::add(&metrics.bytes_in, batch.len() as u64);
+    Ok((ticket.base_offset, ticket))
+}
+
+/// Stages every batch of a produce request on `log` as one contiguous run (all validated,
+/// CRCs included, before any is staged: a request is stored whole or not at all, so a
+/// client retrying an error never duplicates part of it). Returns the first offset and the
+/// last batch's ticket; committing it commits them all.
+pub async fn stage_all(
+    log: &Rc<PartitionLog>,
+    batches: ProduceBatches<'_>,
+    metrics: &Metrics,
+) -> Result<(u64, Ticket), Failure> {
+    let staged = if batches.count == 1 {
+        let (crc, batch) = batches.iter().next().expect("one batch");
+        log.stage(batch, Some(crc))
+            .await
+            .map(|t| (t.base_offset, t))
+    } else {
+        log.stage_many(batches.iter().map(|(crc, batch)| (Some(crc), batch)))
+            .await
+    };
+    let staged = staged.inspect_err(|e| {
+        if matches!(e, StorageError::BadBatch(_)) {
+            Metrics::inc(&metrics.bad_batches);
+        }
+    })?;
+    metrics
+        .batches_in
+        .set(metrics.batches_in.get() + u64::from(batches.count));
+    Metrics::add(&metrics.records_in, staged.1.end_offset - staged.0);
+    metrics.bytes_in.set(
+        metrics.bytes_in.get() + batches.as_bytes().len() as u64 - 4 * u64::from(batches.count),
+    );
+    Ok(staged)
+}

@@ -1,0 +1,140 @@
+//! Consumer group offsets through the shard: commit and fetch (routed to the owner of the
+//! key's offsets shard), list and describe (one call per core, all cores at once).
+
+use std::rc::Rc;
+
+use crate::protocol::native::ErrorCode;
+use crate::shard::calls::{CommitOffset, FetchOffset, GroupOffset, GroupOffsets, Run};
+use crate::shard::{Failure, Shard, offsets};
+
+/// One partition of a described group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPartition {
+    pub topic: String,
+    pub partition: u32,
+    pub committed_offset: u64,
+    /// The partition's high watermark (0 for a topic deleted since the commit).
+    pub log_end_offset: u64,
+}
+
+impl GroupPartition {
+    pub fn lag(&self) -> u64 {
+        self.log_end_offset.saturating_sub(self.committed_offset)
+    }
+}
+
+impl Shard {
+    /// Stores a group's offset (the next offset it will consume) durably.
+    pub async fn commit_offset(
+        self: &Rc<Self>,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+        offset: u64,
+    ) -> Result<(), Failure> {
+        let key = self.offsets_key(group, topic, partition)?;
+        let owner = offsets::shard_owner(offsets::shard_of(&key), self.cores());
+        self.route(owner, CommitOffset { key, offset }).await
+    }
+
+    /// A group's committed offset, if it has one.
+    pub async fn fetch_offset(
+        self: &Rc<Self>,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+    ) -> Result<Option<u64>, Failure> {
+        let key = self.offsets_key(group, topic, partition)?;
+        let owner = offsets::shard_owner(offsets::shard_of(&key), self.cores());
+        self.route(owner, FetchOffset { key }).await
+    }
+
+    /// Committed offsets of `group` (every group when `None`) across all cores, sorted.
+    pub async fn group_offsets(
+        self: &Rc<Self>,
+        group: Option<&str>,
+    ) -> Result<Vec<GroupOffset>, Failure> {
+        let calls = (0..self.cores())
+            .map(|core| {
+                let call = GroupOffsets {
+                    group: group.map(str::to_string),
+                };
+                (core, call)
+            })
+            .collect();
+        let mut all = Vec::new();
+        for reply in self.on_cores(calls).await {
+            all.extend(reply?);
+        }
+        all.sort();
+        Ok(all)
+    }
+
+    /// The groups that have committed offsets, sorted.
+    pub async fn list_groups(self: &Rc<Self>) -> Result<Vec<String>, Failure> {
+        let mut groups: Vec<String> = self
+            .group_offsets(None)
+            .await?
+            .into_iter()
+            .map(|e| e.0)
+            .collect();
+        groups.dedup();
+        Ok(groups)
+    }
+
+    /// A group's committed offsets with each partition's end: one call per core for the
+    /// offsets, then one per owner core for the partitions' states.
+    pub async fn describe_group(
+        self: &Rc<Self>,
+        group: &[u8],
+    ) -> Result<Vec<GroupPartition>, Failure> {
+        let group = self.valid_name(group, "group")?;
+        let entries = self.group_offsets(Some(group)).await?;
+        if entries.is_empty() {
+            return Err(Failure::new(
+                ErrorCode::UnknownGroup,
+                format!("group {group} has no committed offsets"),
+            ));
+        }
+        let asked: Vec<(String, u32)> = entries
+            .iter()
+            .map(|(_, topic, partition, _)| (topic.clone(), *partition))
+            .collect();
+        let states = self.partition_states(&asked).await;
+        Ok(entries
+            .into_iter()
+            .zip(states)
+            .map(
+                |((_, topic, partition, committed_offset), state)| GroupPartition {
+                    topic,
+                    partition,
+                    committed_offset,
+                    log_end_offset: state.map_or(0, |s| s.high_watermark),
+                },
+            )
+            .collect())
+    }
+}
+
+impl Run for CommitOffset {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+        shard.offsets.commit(self.key, self.offset).await
+    }
+}
+
+impl Run for FetchOffset {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Option<u64>, Failure> {
+        Ok(shard.offsets.fetch(&self.key).await?.map(|c| c.offset))
+    }
+}
+
+impl Run for GroupOffsets {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<GroupOffset>, Failure> {
+        Ok(shard
+            .offsets
+            .entries(self.group.as_deref())
+            .into_iter()
+            .map(|(g, t, p, c)| (g, t, p, c.offset))
+            .collect())
+    }
+}

@@ -1,0 +1,385 @@
+//! The I/O side of a partition log: the long-lived I/O task that runs group-commit rounds
+//! (one write of the pending buffer, one fdatasync of `.wal` and `.idx`), segment rolls,
+//! rollbacks of failed writes, fencing after a failed sync, and the explicit `sync` and
+//! `close`.
+//!
+//! One round runs at a time, marked by an [`IoTurn`]. Whoever holds it (the I/O task, an
+//! interval sync, close) is the only writer of the active segment's files.
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use tracing::{info, warn};
+
+use super::{PENDING_CAPACITY_MIN_BYTES, PartitionLog};
+use crate::storage::segment::Segment;
+use crate::storage::watch::Watch;
+use crate::storage::{FsyncPolicy, StorageError, open};
+
+#[derive(Default)]
+pub(super) struct IoSignal {
+    watch: Watch,
+    /// The log was dropped: the I/O task ends.
+    dropped: Cell<bool>,
+}
+
+impl IoSignal {
+    /// The log is gone: wake the I/O task so it ends.
+    pub(super) fn end(&self) {
+        self.dropped.set(true);
+        self.watch.notify_all();
+    }
+}
+
+/// The one I/O round in flight. Dropping it (however the round ended: done, failed, or an
+/// early return) frees the turn and wakes everyone waiting on the log's progress.
+pub(super) struct IoTurn<'a> {
+    log: &'a PartitionLog,
+}
+
+impl Drop for IoTurn<'_> {
+    fn drop(&mut self) {
+        debug_assert!(self.log.io_busy.get());
+        self.log.io_busy.set(false);
+        self.log.progress.notify_all();
+    }
+}
+
+impl PartitionLog {
+    /// The partition's I/O task: one per log for its whole life, woken by [`Self::kick`].
+    /// It is never owned by an appender, so a client that disconnects mid-flush cannot
+    /// cancel a write; and being long-lived, it costs no task allocation per round. It holds
+    /// the log only weakly between rounds, and ends when the log is dropped, closed or
+    /// fenced.
+    pub(super) fn start_io_task(self: &Rc<Self>) {
+        let log = Rc::downgrade(self);
+        let signal = Rc::clone(&self.io_signal);
+        glommio::spawn_local(async move {
+            loop {
+                let woken = signal.watch.changed();
+                {
+                    let Some(log) = log.upgrade() else { return };
+                    if log.state.borrow().is_terminal() {
+                        return;
+                    }
+                    if log.has_io_work()
+                        && let Some(turn) = log.try_io_turn()
+                    {
+                        let round = log.run_io().await;
+                        drop(turn);
+                        if let Err(error) = round {
+                            warn!(dir = %log.dir.display(), %error, "partition write failed");
+                            // Whatever failed, let the rest of the core run before the next
+                            // round: a round that fails at once must not spin.
+                            futures_lite::future::yield_now().await;
+                        }
+                        continue;
+                    }
+                }
+                if signal.dropped.get() {
+                    return;
+                }
+                woken.await;
+            }
+        })
+        .detach();
+    }
+
+    /// The I/O turn, if no round is in flight.
+    fn try_io_turn(&self) -> Option<IoTurn<'_>> {
+        if self.io_busy.replace(true) {
+            return None;
+        }
+        Some(IoTurn { log: self })
+    }
+
+    /// Waits for the I/O turn.
+    async fn io_turn(&self) -> IoTurn<'_> {
+        loop {
+            let changed = self.progress.changed();
+            if let Some(turn) = self.try_io_turn() {
+                return turn;
+            }
+            changed.await;
+        }
+    }
+
+    /// Starts the I/O task unless it is running or there is nothing to do. Callers that
+    /// stage batches and answer later (a connection whose writer is busy with an earlier
+    /// request) kick right after staging, so the write and fsync start at once.
+    pub fn kick(self: &Rc<Self>) {
+        if !self.io_busy.get() && self.has_io_work() {
+            self.io_signal.watch.notify_all();
+        }
+    }
+
+    fn has_io_work(&self) -> bool {
+        let st = self.state.borrow();
+        if st.check_io().is_err() {
+            return false;
+        }
+        !st.pending.is_empty()
+            || st.is_rolling()
+            || (self.config.fsync == FsyncPolicy::Always && st.durable_offset < st.written_offset)
+    }
+
+    /// One round of I/O: write what is pending, sync if the policy says so, roll if asked.
+    async fn run_io(&self) -> Result<(), StorageError> {
+        let sync = match self.config.fsync {
+            FsyncPolicy::Always => true,
+            FsyncPolicy::Interval(every) => self.state.borrow().last_sync.elapsed() >= every,
+            FsyncPolicy::Never => false,
+        };
+        self.write_pending().await?;
+        if self.config.fsync != FsyncPolicy::Always {
+            // Acknowledged once written: wake the appenders now, not after the sync.
+            self.progress.notify_all();
+        }
+        if sync {
+            self.sync_written().await?;
+        }
+        if self.state.borrow().is_rolling() {
+            self.roll().await?;
+        }
+        Ok(())
+    }
+
+    /// Hands the pending buffer to the kernel with one write.
+    async fn write_pending(&self) -> Result<(), StorageError> {
+        let (buf, position, end_offset, wal, batches) = {
+            let mut st = self.state.borrow_mut();
+            st.check_io()?;
+            if st.pending.is_empty() {
+                return Ok(());
+            }
+            let capacity = st.pending.len().max(PENDING_CAPACITY_MIN_BYTES);
+            let buf = std::mem::replace(&mut st.pending, Vec::with_capacity(capacity));
+            let batches = std::mem::take(&mut st.pending_batches);
+            let position = st.pending_position;
+            st.pending_position += buf.len() as u64;
+            let wal = st.active_writer().wal.clone();
+            // Everything staged so far is in `buf`, so it ends at `next_offset`; batches staged
+            // while the write is in flight start at the new `pending_position`.
+            debug_assert!(
+                st.next_offset > st.written_offset,
+                "pending bytes hold offsets"
+            );
+            (buf, position, st.next_offset, wal, batches)
+        };
+        let len = buf.len();
+        let result = wal.write_at(buf, position).await;
+        match result {
+            Ok(written) if written == len => {
+                let mut st = self.state.borrow_mut();
+                assert!(
+                    end_offset >= st.written_offset,
+                    "writes land in offset order"
+                );
+                st.written_offset = end_offset;
+                st.assert_watermarks();
+                self.bump(|s| s.writes += 1);
+                crate::metrics::io::record_write_round(batches);
+                Ok(())
+            }
+            outcome => {
+                let error = match outcome {
+                    Ok(written) => std::io::Error::new(
+                        std::io::ErrorKind::StorageFull,
+                        format!("short write: {written} of {len} bytes"),
+                    ),
+                    Err(e) => e.into(),
+                };
+                self.roll_back_unwritten(position, error.kind());
+                // Cut whatever part of the write did land, so the file ends where the log does.
+                if let Err(e) = wal.truncate(position).await {
+                    warn!(dir = %self.dir.display(), error = %e, "could not cut a failed write");
+                }
+                Err(StorageError::io(&self.dir, error))
+            }
+        }
+    }
+
+    /// Forgets every batch at or after WAL position `position` of the active segment: they
+    /// were never written, their appenders get an error, and their offsets are reused.
+    fn roll_back_unwritten(&self, position: u64, kind: std::io::ErrorKind) {
+        let mut st = self.state.borrow_mut();
+        let written = st.written_offset;
+        let active = st.segments.active_mut();
+        let keep = (0..active.index.len())
+            .find(|&i| u64::from(active.index.get(i).position) >= position)
+            .unwrap_or(active.index.len());
+        active.index.truncate(keep);
+        active.size_bytes = position;
+        active.next_offset = written;
+        st.next_offset = written;
+        st.pending.clear();
+        st.pending_batches = 0;
+        st.pending_position = position;
+        // Whatever asked for a roll re-checks against the smaller segment.
+        st.roll_settled();
+        st.rollbacks.push(written, kind);
+        st.assert_watermarks();
+        warn!(dir = %self.dir.display(), from_offset = written, ?kind, "write failed; unwritten batches rolled back");
+    }
+
+    /// fdatasyncs the active `.wal` and `.idx` together, covering everything written.
+    async fn sync_written(&self) -> Result<(), StorageError> {
+        let (target, writer_wal, writer_idx) = {
+            let st = self.state.borrow();
+            st.check_io()?;
+            if st.durable_offset >= st.written_offset {
+                return Ok(());
+            }
+            let writer = st.active_writer();
+            (st.written_offset, writer.wal.clone(), writer.idx.clone())
+        };
+        let started = Instant::now();
+        let (wal, idx) =
+            futures_lite::future::zip(writer_wal.fdatasync(), writer_idx.fdatasync()).await;
+        crate::metrics::io::record_fsync(started.elapsed(), wal.is_ok() && idx.is_ok());
+        let mut st = self.state.borrow_mut();
+        if let Err(e) = wal.and(idx) {
+            let reason = format!("fdatasync failed: {e}");
+            warn!(dir = %self.dir.display(), %reason, "partition fenced");
+            st.fence(reason.clone());
+            return Err(StorageError::Fenced { reason });
+        }
+        st.durable_offset = st.durable_offset.max(target);
+        st.assert_watermarks();
+        self.bump(|s| s.syncs += 1);
+        st.last_sync = Instant::now();
+        Ok(())
+    }
+
+    /// Seals the active segment and starts a new one. Runs inside the I/O task.
+    async fn roll(&self) -> Result<(), StorageError> {
+        // Staging waits while the log is `Rolling` (and is refused once it is `Closing`),
+        // so after this flush the active segment is complete.
+        self.write_pending().await?;
+        self.sync_written().await?;
+        let base = {
+            let mut st = self.state.borrow_mut();
+            assert!(st.pending.is_empty(), "roll with pending bytes");
+            if st.segments.active().size_bytes == 0 {
+                // A failed write emptied the segment again: it has room for anything.
+                st.roll_settled();
+                return Ok(());
+            }
+            assert_eq!(
+                st.durable_offset, st.next_offset,
+                "a sealed segment is durable"
+            );
+            st.next_offset
+        };
+        let sealed = self.trim_active_index().await;
+        if sealed.is_ok() {
+            self.state.borrow_mut().segments.active_mut().seal();
+        }
+        let created = match sealed {
+            Ok(()) => match Segment::create(&self.dir, base, self.config.index_entries).await {
+                Ok(created) => self.sync_dir().await.map(|()| created),
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        };
+        let created = match created {
+            Ok(created) => created,
+            Err(error) => {
+                // The old segment is sealed and no new one is writable: nothing can be
+                // appended until a restart reopens the log.
+                let reason = format!("segment roll failed: {error}");
+                warn!(dir = %self.dir.display(), %reason, "partition fenced");
+                self.state.borrow_mut().fence(reason);
+                return Err(error);
+            }
+        };
+        let mut st = self.state.borrow_mut();
+        st.segments.push_active(created);
+        st.pending_position = 0;
+        st.roll_settled();
+        st.assert_watermarks();
+        info!(dir = %self.dir.display(), base_offset = base, "segment rolled");
+        Ok(())
+    }
+
+    /// Trims the active segment's index to its entries and fdatasyncs the cut. Staging
+    /// must already be stopped (the log is rolling or closing).
+    async fn trim_active_index(&self) -> Result<(), StorageError> {
+        let handle = {
+            let mut st = self.state.borrow_mut();
+            let active = st.segments.active_mut();
+            active.trim_index()?;
+            active.index_sync_handle()
+        };
+        if let Some(idx) = handle {
+            idx.fdatasync()
+                .await
+                .map_err(|e| StorageError::io(&self.dir, e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs the partition directory (new, renamed and removed segment files).
+    pub(crate) async fn sync_dir(&self) -> Result<(), StorageError> {
+        self.directory
+            .sync()
+            .await
+            .map_err(|e| StorageError::io(&self.dir, e.into()))
+    }
+
+    /// Closes the active segment if it holds data and is older than `segment_age`, so that
+    /// retention can delete it even when the partition receives little.
+    pub async fn roll_if_aged(self: &Rc<Self>) {
+        let aged = {
+            let mut st = self.state.borrow_mut();
+            let active = st.segments.active();
+            let aged = st.check_open().is_ok()
+                && active.size_bytes > 0
+                && active.opened_at.elapsed() >= self.config.segment_age;
+            aged && st.request_roll()
+        };
+        while aged && self.state.borrow().is_rolling() {
+            self.wait_for_roll().await;
+        }
+    }
+
+    /// True when written data has waited longer than `interval` for an fsync.
+    pub fn sync_due(&self, interval: std::time::Duration) -> bool {
+        let st = self.state.borrow();
+        st.durable_offset < st.next_offset && st.last_sync.elapsed() >= interval
+    }
+
+    /// Makes everything written durable now (the `interval` policy's timer calls this).
+    pub async fn sync(self: &Rc<Self>) -> Result<(), StorageError> {
+        let _turn = self.io_turn().await;
+        self.write_pending().await?;
+        self.sync_written().await
+    }
+
+    /// Closes the log: refuses every later stage (with `Closed`), writes and syncs what was
+    /// staged before, trims the active index to its entries and writes the clean-shutdown
+    /// marker, so the next open skips the recovery scan. Every staged batch gets its answer:
+    /// acknowledged, or an error if the final write or sync fails. The log is closed
+    /// afterwards either way, and its I/O task ends.
+    pub async fn close(self: &Rc<Self>) -> Result<(), StorageError> {
+        self.state.borrow_mut().begin_close()?;
+        // Appenders waiting for a roll re-check, and get `Closed`.
+        self.progress.notify_all();
+        let turn = self.io_turn().await;
+        let settled = self.settle_and_seal().await;
+        self.state.borrow_mut().finish_close();
+        drop(turn);
+        // The I/O task sees the log closed and ends.
+        self.io_signal.watch.notify_all();
+        settled
+    }
+
+    async fn settle_and_seal(&self) -> Result<(), StorageError> {
+        self.write_pending().await?;
+        self.sync_written().await?;
+        self.trim_active_index().await?;
+        open::write_clean_marker(&self.dir)?;
+        self.sync_dir().await
+    }
+}

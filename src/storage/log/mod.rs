@@ -1,0 +1,228 @@
+//! The partition log: an ordered list of segments, the last one active, with offsets
+//! assigned on append, group commit, and read plans.
+//!
+//! # Group commit
+//!
+//! An append is *staged* synchronously: validated, given its offsets, copied into the
+//! partition's pending buffer, and indexed in the mapped `.idx`. It is then *committed*:
+//! the appender waits until the durability watermark its policy asks for covers it. One
+//! I/O task at a time (spawned on demand, never owned by an appender, so a client that
+//! disconnects mid-flush cannot cancel it) writes the whole pending buffer with one
+//! io_uring write and, under `fsync = always`, one `fdatasync` of the `.wal` and one of the
+//! `.idx` issued together. Everything staged while that I/O is in flight rides on the next
+//! round, so N concurrent producers share each fsync.
+//!
+//! # Watermarks
+//!
+//! `next_offset >= written_offset >= durable_offset`: staged, in the page cache, on disk.
+//! Readers see offsets below the *high watermark*: `durable_offset` under `always` (a
+//! consumer never sees a batch that a crash could take back), `written_offset` otherwise.
+//!
+//! # Failures
+//!
+//! A failed or short write (disk full, EIO) rolls back everything not yet written: its
+//! index entries are cleared, offsets are handed out again, and the waiting appenders get
+//! an error. Writing resumes with the next append. A failed `fdatasync` *fences* the
+//! partition: after it, the kernel may have dropped dirty pages, so nothing written since
+//! the last good sync can be trusted; every later append and wait fails until a restart
+//! runs recovery.
+//!
+//! # Lifecycle
+//!
+//! A log is `Open`, `Rolling` (staging waits for a new segment), `Closing` (staging is
+//! refused; close settles what was staged), `Closed` or `Fenced`; see [`state::Lifecycle`].
+//! The one I/O round in flight (the I/O task's, or an explicit sync or close) is marked by
+//! an `IoTurn`, which clears itself however the round ends.
+//!
+//! # Files
+//!
+//! - this file: the log's types, opening, and what it reports;
+//! - [`stage`]: validating and staging batches, and waiting for their commit;
+//! - [`io`]: the I/O task (group commit, fsync, rolls, rollbacks, fencing), sync and close;
+//! - [`read`]: read plans and reads;
+//! - [`maintenance`]: the narrow API compaction and retention change the segments through;
+//! - [`state`] and [`segments`]: the state and segment list those keep consistent.
+
+use std::cell::{Cell, RefCell};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+use glommio::io::Directory;
+
+use crate::storage::verify::Checks;
+use crate::storage::watch::Watch;
+use crate::storage::{FsyncPolicy, LogConfig, StorageError, open};
+
+mod io;
+mod maintenance;
+mod read;
+mod segments;
+mod stage;
+mod state;
+#[cfg(test)]
+mod tests;
+
+pub use read::{ReadPlan, StoredBatch, read_planned};
+pub(crate) use segments::SegmentList;
+
+/// Counters of one partition log's I/O, for metrics and benches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogStats {
+    /// Batches staged.
+    pub batches: u64,
+    /// Records of the batches staged.
+    pub records: u64,
+    /// Bytes of the batches staged.
+    pub bytes: u64,
+    /// Records handed to readers in read plans (see [`PartitionLog::count_read`]).
+    pub records_read: u64,
+    /// Bytes handed to readers in read plans.
+    pub bytes_read: u64,
+    /// Writes of the pending buffer (one per group-commit round).
+    pub writes: u64,
+    /// fdatasync rounds (each covers both files).
+    pub syncs: u64,
+}
+
+/// What a committed append reports back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendAck {
+    /// Offset given to the batch's first record.
+    pub base_offset: u64,
+    /// Offset after its last record.
+    pub next_offset: u64,
+}
+
+/// A staged batch, to be passed to [`PartitionLog::commit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "a staged batch is acknowledged only after commit"]
+pub struct Ticket {
+    pub base_offset: u64,
+    pub end_offset: u64,
+    /// Number of write failures before this batch was staged (see `Rollbacks::lost`).
+    epoch: u64,
+}
+
+pub struct PartitionLog {
+    dir: PathBuf,
+    directory: Directory,
+    config: LogConfig,
+    state: RefCell<state::State>,
+    /// An I/O round is in flight (see [`io::IoTurn`]).
+    io_busy: Cell<bool>,
+    stats: Cell<LogStats>,
+    /// Wakes appenders waiting for a watermark, and readers long-polling for new data.
+    progress: Watch,
+    /// Wakes the I/O task; shared with it so the task need not hold the log.
+    io_signal: Rc<io::IoSignal>,
+    pub(super) compaction: crate::storage::compaction::CompactionState,
+    /// Bytes from disk not yet checked, and batches found damaged (see [`crate::storage::verify`]).
+    checks: RefCell<Checks>,
+}
+
+impl Drop for PartitionLog {
+    fn drop(&mut self) {
+        self.io_signal.end();
+    }
+}
+
+/// A flush of the pending buffer starts with at least this much room, so small batches do
+/// not grow it a few bytes at a time.
+const PENDING_CAPACITY_MIN_BYTES: usize = 64 * 1024;
+
+impl PartitionLog {
+    /// Opens (recovering if needed) or creates the partition log in `dir`.
+    pub async fn open(
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+    ) -> Result<Rc<PartitionLog>, StorageError> {
+        config.validate()?;
+        let dir = dir.as_ref().to_path_buf();
+        let (segments, checks) = open::open_segments(&dir, &config).await?;
+        let directory = Directory::open(&dir)
+            .await
+            .map_err(|e| StorageError::io(&dir, e.into()))?;
+        let state = state::State::new(SegmentList::new(segments), PENDING_CAPACITY_MIN_BYTES);
+        let compaction = crate::storage::compaction::CompactionState::new(&dir);
+        let log = Rc::new(PartitionLog {
+            dir,
+            directory,
+            config,
+            state: RefCell::new(state),
+            io_busy: Cell::new(false),
+            stats: Cell::new(LogStats::default()),
+            progress: Watch::default(),
+            io_signal: Rc::new(io::IoSignal::default()),
+            compaction,
+            checks: RefCell::new(checks),
+        });
+        log.start_io_task();
+        Ok(log)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> LogStats {
+        self.stats.get()
+    }
+
+    /// Counts what a reader was handed (a fetch's read plan), for per-partition metrics.
+    pub fn count_read(&self, records: u64, bytes: u64) {
+        self.bump(|s| {
+            s.records_read += records;
+            s.bytes_read += bytes;
+        });
+    }
+
+    fn bump(&self, f: impl FnOnce(&mut LogStats)) {
+        let mut stats = self.stats.get();
+        f(&mut stats);
+        self.stats.set(stats);
+    }
+
+    /// Offsets below this are visible to readers.
+    pub fn high_watermark(&self) -> u64 {
+        let st = self.state.borrow();
+        match self.config.fsync {
+            FsyncPolicy::Always => st.durable_offset,
+            _ => st.written_offset,
+        }
+    }
+
+    /// First offset still in the log: the base of the oldest segment. (Compaction may have
+    /// removed that segment's first batches; readers asking for them get the next batch.)
+    pub fn log_start_offset(&self) -> u64 {
+        self.state.borrow().segments.oldest().base_offset
+    }
+
+    /// Offset the next append will get.
+    pub fn next_offset(&self) -> u64 {
+        self.state.borrow().next_offset
+    }
+
+    /// Resolves when the high watermark may have moved (or a write failed).
+    pub fn changed(&self) -> crate::storage::watch::Changed<'_> {
+        self.progress.changed()
+    }
+
+    /// Batches found damaged so far (at recovery or on read), each counted once.
+    pub fn corrupt_batches(&self) -> u64 {
+        self.checks.borrow().corrupt().len() as u64
+    }
+
+    /// Base offsets and sizes of the segments, oldest first.
+    pub fn segments(&self) -> Vec<(u64, u64)> {
+        let st = self.state.borrow();
+        st.segments
+            .all()
+            .iter()
+            .map(|s| (s.base_offset, s.size_bytes))
+            .collect()
+    }
+}
