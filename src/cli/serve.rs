@@ -189,14 +189,35 @@ fn probe_ports(config: &BrokerConfig, cores: usize) -> Result<(), String> {
         if target.ip().is_unspecified() {
             target.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
-        if std::net::TcpStream::connect_timeout(&target, PROBE_TIMEOUT).is_ok() {
-            return Err(format!(
-                "cannot listen on {addr}: address in use by another process"
-            ));
+        if !still_accepting(target) {
+            continue;
         }
+        return Err(format!(
+            "cannot listen on {addr}: address in use by another process"
+        ));
     }
     Ok(())
 }
 
+/// Whether something keeps accepting connections on `target` for `PROBE_SETTLE`. A killed
+/// broker's listening sockets outlive its process for a moment (the kernel tears down its
+/// io_uring instances asynchronously, and they hold the sockets), so one successful connect
+/// is not yet another process: a restart right after `kill -9` must not be refused.
+fn still_accepting(target: std::net::SocketAddr) -> bool {
+    let deadline = std::time::Instant::now() + PROBE_SETTLE;
+    loop {
+        if std::net::TcpStream::connect_timeout(&target, PROBE_TIMEOUT).is_err() {
+            return false;
+        }
+        if std::time::Instant::now() >= deadline {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 /// Longest wait for a connection to an address that may be in use.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a listener must keep accepting before it counts as another process (a killed
+/// broker's sockets close within milliseconds of its exit).
+const PROBE_SETTLE: Duration = Duration::from_secs(3);
