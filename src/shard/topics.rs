@@ -244,19 +244,60 @@ pub fn remove_topic_dir(data_dir: &Path, name: &str) -> Result<(), StorageError>
     fs::remove_dir_all(&target).map_err(|e| StorageError::io(&target, e))
 }
 
-/// Deletes what a crash left in `<data>/trash/`.
+/// Deletes what a crash left in `<data>/trash/`: only entries named as
+/// [`remove_topic_dir`] names them (`{topic}.{nanoseconds}`, a valid topic name and digits).
+/// Anything else there is someone else's: it is left alone and logged, never deleted.
 pub fn empty_trash(data_dir: &Path) {
     let trash = data_dir.join("trash");
-    if trash.exists()
-        && let Err(error) = fs::remove_dir_all(&trash)
-    {
-        tracing::warn!(path = %trash.display(), %error, "could not empty the trash");
+    let Ok(entries) = fs::read_dir(&trash) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let ours = entry
+            .file_name()
+            .to_str()
+            .is_some_and(is_trashed_topic_name);
+        if !ours {
+            tracing::warn!(path = %path.display(), "not deleting an entry of the trash that pagurus did not put there");
+            continue;
+        }
+        if let Err(error) = fs::remove_dir_all(&path) {
+            tracing::warn!(path = %path.display(), %error, "could not empty the trash");
+        }
     }
+}
+
+/// `{topic}.{digits}`, as [`remove_topic_dir`] names a topic directory it moves to trash.
+fn is_trashed_topic_name(name: &str) -> bool {
+    let Some((topic, stamp)) = name.rsplit_once('.') else {
+        return false;
+    };
+    !stamp.is_empty()
+        && stamp.bytes().all(|b| b.is_ascii_digit())
+        && crate::limits::validate_name(topic.as_bytes()).is_ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_trash_keeps_what_pagurus_did_not_put_there() {
+        let data = tempfile::tempdir().unwrap();
+        let trash = data.path().join("trash");
+        fs::create_dir_all(trash.join("orders.1764633600000000000/0")).unwrap();
+        fs::create_dir_all(trash.join("important")).unwrap();
+        fs::write(trash.join("important/thesis.txt"), b"years of work").unwrap();
+        fs::write(trash.join("notes.txt"), b"mine").unwrap();
+        empty_trash(data.path());
+        assert!(!trash.join("orders.1764633600000000000").exists());
+        assert_eq!(
+            fs::read(trash.join("important/thesis.txt")).unwrap(),
+            b"years of work"
+        );
+        assert_eq!(fs::read(trash.join("notes.txt")).unwrap(), b"mine");
+    }
 
     #[test]
     fn meta_round_trips_through_its_file() {
