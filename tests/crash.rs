@@ -27,19 +27,8 @@ const IN_FLIGHT: usize = 4;
 const CORES: usize = 2;
 
 fn run(fsync: &str) {
-    let rounds: usize = std::env::var("PAGURUS_CRASH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
-    let seed: u64 = std::env::var("PAGURUS_CRASH_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let rounds = ledger::rounds_from_env("PAGURUS_CRASH_ROUNDS", 3);
+    let seed = ledger::seed_from_env("PAGURUS_CRASH_SEED");
     eprintln!("crash test: fsync={fsync} rounds={rounds} seed={seed}");
     let mut rng = Rng(seed | 1);
     let dir = tempfile::tempdir().unwrap();

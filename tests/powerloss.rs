@@ -217,19 +217,8 @@ fn cut_first_start(fs: &mut PowerFs, log: &std::path::Path, rng: &mut Rng) {
 }
 
 fn run(mode: Mode) {
-    let rounds: usize = std::env::var("PAGURUS_POWERLOSS_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(3);
-    let seed: u64 = std::env::var("PAGURUS_POWERLOSS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let rounds = ledger::rounds_from_env("PAGURUS_POWERLOSS_ROUNDS", 3);
+    let seed = ledger::seed_from_env("PAGURUS_POWERLOSS_SEED");
     let mode = match mode {
         Mode::Torn(_) => Mode::Torn(seed),
         other => other,

@@ -15,6 +15,27 @@ use pagurus::protocol::native::{self, OffsetSpec};
 use pagurus::protocol::record::{self, BatchHeader, encode_batch};
 
 /// xorshift64*: a seeded, reproducible stream of numbers for the tests' choices.
+/// Rounds from the environment variable `var` (a long run in a script), else `default`.
+pub fn rounds_from_env(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A seed from the environment variable `var` (to replay a failed run), else the clock.
+pub fn seed_from_env(var: &str) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+}
+
 pub struct Rng(pub u64);
 
 impl Rng {

@@ -1,5 +1,6 @@
 //! The FUSE side of powerfs: every request passes through to the backing directory, and
-//! tells the model (`model.rs`) what changed and what was synced.
+//! tells the model (`model.rs`) what changed and what was synced. It is one `fuser::Filesystem`
+//! impl, one short method per FUSE request, so it stays one file at ~600 lines.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
