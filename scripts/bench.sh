@@ -104,7 +104,7 @@ for policy in always interval=5 never; do
     ROWS+=("$(row d-half-rate "100 B, batch 100, 10 producers on $PARTITIONS partitions, fixed rate $HALF msg/s (half of max), fsync=$policy")")
     COUNT=$((CATCHUP_MB * 1000000 / CATCHUP_SIZE))
     bench e-fill --producers 4 --consumers 0 --size "$CATCHUP_SIZE" --batch 100 --in-flight 8 \
-      --count "$COUNT" --warmup 0 --topic-prefix catchup
+      --count "$COUNT" --warmup 0 --topic-prefix catchup --keep-topics
     bench e-catch-up --producers 0 --consumers 1 --from earliest --count "$COUNT" --warmup 0 \
       --topic-prefix catchup
     READ=$(json_field "$OUT/e-catch-up.json" "r['consume']['payload_bytes']")

@@ -33,6 +33,10 @@ pub enum NameError {
     DotName,
     #[error("name contains {found:?}; only [A-Za-z0-9._-] are allowed")]
     BadCharacter { found: char },
+    #[error(
+        "name contains the byte {byte:#04x}, which is not UTF-8; only [A-Za-z0-9._-] are allowed"
+    )]
+    BadByte { byte: u8 },
 }
 
 /// Validates a topic or group name: 1-249 bytes of `[A-Za-z0-9._-]`, never `.` or `..`, so a
@@ -44,18 +48,28 @@ pub fn validate_name(name: &[u8]) -> Result<&str, NameError> {
     if name.len() > NAME_LEN_MAX {
         return Err(NameError::TooLong { len: name.len() });
     }
-    if let Some(&bad) = name
+    if let Some(at) = name
         .iter()
-        .find(|&&b| !(b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'))
+        .position(|&b| !(b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-'))
     {
-        return Err(NameError::BadCharacter {
-            found: char::from(bad),
-        });
+        return Err(bad_character(&name[at..]));
     }
     if name == b"." || name == b".." {
         return Err(NameError::DotName);
     }
     Ok(std::str::from_utf8(name).expect("ASCII checked above"))
+}
+
+/// The refusal of the character `rest` starts with: the character itself when `rest` is
+/// UTF-8 there (`ü`, not the `Ã` of its first byte), else the byte.
+fn bad_character(rest: &[u8]) -> NameError {
+    let chunk = rest.utf8_chunks().next().expect("rest is not empty");
+    match chunk.valid().chars().next() {
+        Some(found) => NameError::BadCharacter { found },
+        None => NameError::BadByte {
+            byte: chunk.invalid()[0],
+        },
+    }
 }
 
 #[cfg(test)]
@@ -77,6 +91,15 @@ mod tests {
             Err(NameError::TooLong { len: 250 })
         ));
         assert!(validate_name(&[b'a'; 249]).is_ok());
-        assert!(validate_name("é".as_bytes()).is_err());
+        assert_eq!(
+            validate_name("ünïcode".as_bytes()),
+            Err(NameError::BadCharacter { found: 'ü' })
+        );
+        assert_eq!(
+            validate_name(b"ab\xff"),
+            Err(NameError::BadByte { byte: 0xff })
+        );
+        let e = validate_name("aé".as_bytes()).unwrap_err().to_string();
+        assert_eq!(e, "name contains 'é'; only [A-Za-z0-9._-] are allowed");
     }
 }

@@ -394,12 +394,21 @@ fn errors_are_one_line_and_non_zero() {
     assert!(stderr.contains("InvalidName"), "{stderr}");
     let stderr = fails(&addr, &["produce", "--topic", "bad name"], b"x\n");
     assert!(stderr.contains("InvalidName"), "{stderr}");
-    let stderr = fails(
-        &addr,
-        &["topics", "create", "t", "--partitions", "5000"],
-        b"",
-    );
-    assert!(stderr.contains("InvalidConfig"), "{stderr}");
+    // A partition count out of range is refused before it reaches the broker (which
+    // refuses it too, and reads 0 as its default of 1).
+    for partitions in ["0", "5000"] {
+        let out = run(
+            &addr,
+            &["topics", "create", "t", "--partitions", partitions],
+            b"",
+        );
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            stderr.contains(&format!("{partitions} is not in 1..=4096")),
+            "{stderr}"
+        );
+    }
     // Consumers do not create topics, and an offset past the end is refused.
     for from in ["earliest", "0"] {
         let stderr = fails(

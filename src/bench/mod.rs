@@ -28,24 +28,24 @@ use clap::Args;
 use hdrhistogram::Histogram;
 
 use crate::bench::workers::{ConsumerSpec, ProducerSpec, WorkerResult};
+use crate::cli::BrokerArgs;
 use crate::client::blocking::Client;
 use crate::client::routing::Routes;
-use crate::protocol::native::TopicSettings;
+use crate::protocol::native::{ErrorCode, TopicSettings};
 
 /// Which client the bench drives the broker with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClientKind {
-    /// The glommio client: few threads, many connections each, requests pipelined.
+    // Plain comments, not doc comments: documented values would switch `bench --help` to
+    // clap's long layout, unlike every other subcommand's.
+    // The glommio client: few threads, many connections each, requests pipelined.
     Glommio,
-    /// The blocking client: one thread per producer and per consumer.
+    // The blocking client: one thread per producer and per consumer.
     Blocking,
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// Broker address.
-    #[arg(long, default_value = "127.0.0.1:9092")]
-    pub broker: SocketAddr,
     /// Producers, each on its own connection.
     #[arg(long, default_value_t = 4)]
     pub producers: usize,
@@ -54,21 +54,28 @@ pub struct BenchArgs {
     /// partition on a connection of its own (to the owner core), all on one more thread.
     #[arg(long, default_value_t = 1)]
     pub consumers: usize,
-    /// Client library driving the load.
+    /// Client library driving the load: glommio (few threads, many connections each,
+    /// requests pipelined) or blocking (one thread per producer and per consumer).
     #[arg(long, value_enum, default_value = "glommio")]
     pub client: ClientKind,
     /// Executor threads the glommio client's producers are spread over (its consumers run
     /// on one more).
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
-    /// Topics, named `<topic-prefix>-<i>`.
+    /// Topics, named `<topic-prefix>-<i>`. They are scratch: one with another partition
+    /// count is deleted and created again, and a run that produces deletes the topics it
+    /// created when it ends (see --keep-topics).
     #[arg(long, default_value_t = 1)]
     pub topics: usize,
-    /// Partitions per topic.
-    #[arg(long, default_value_t = 1)]
+    /// Partitions per topic (1-4096).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub partitions: u32,
+    /// Prefix of the topic names.
     #[arg(long, default_value = "bench")]
     pub topic_prefix: String,
+    /// Keep the topics this run created (for a later --producers 0 --from earliest run).
+    #[arg(long)]
+    pub keep_topics: bool,
     /// Bytes per message.
     #[arg(long, default_value_t = 100)]
     pub size: usize,
@@ -85,13 +92,14 @@ pub struct BenchArgs {
     /// the broker acknowledges.
     #[arg(long, default_value_t = 0)]
     pub rate: u64,
-    /// Messages to produce in all (or to consume, with `--producers 0`).
+    /// Messages to produce in all, warm-up included (or to consume, with `--producers 0`).
     #[arg(long, conflicts_with = "duration")]
     pub count: Option<u64>,
-    /// Seconds to produce for.
+    /// Seconds to produce for, warm-up included.
     #[arg(long)]
     pub duration: Option<f64>,
-    /// Seconds at the start whose latencies and counts are left out.
+    /// Seconds at the start whose messages and latencies the results leave out (the report
+    /// gives both the messages measured and those sent in all).
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
     /// Where consumers start: `latest` (what this run produces) or `earliest` (catch-up).
@@ -113,11 +121,15 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub target: BrokerArgs,
 }
 
 /// What the workers share.
 pub struct Shared {
     pub args: BenchArgs,
+    /// `--broker`, resolved.
+    pub broker: SocketAddr,
     pub start: Instant,
     pub measure_from: Instant,
     pub produced: AtomicU64,
@@ -223,27 +235,16 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     if args.batch == 0 || args.in_flight == 0 {
         return Err("--batch and --in-flight must be at least 1".into());
     }
-    let mut admin =
-        Client::connect(args.broker).map_err(|e| format!("cannot reach {}: {e}", args.broker))?;
-    for t in 0..args.topics.max(1) {
-        let name = format!("{}-{t}", args.topic_prefix);
-        let settings = TopicSettings {
-            partitions: args.partitions.max(1),
-            ..Default::default()
-        };
-        match admin.create_topic(&name, settings) {
-            Ok(()) => {}
-            Err(e) if e.code() == Some(crate::protocol::native::ErrorCode::TopicExists) => {}
-            Err(e) => return Err(format!("cannot create topic {name}: {e}")),
-        }
-    }
+    let broker = resolve(&args.target)?;
+    let mut admin = args.target.connect(Duration::ZERO)?;
+    let created = prepare_topics(&mut admin, &args)?;
     let metadata = admin.metadata(&[]).map_err(|e| e.to_string())?;
-    let routes = Routes::new(args.broker, &metadata);
+    let routes = Routes::new(broker, &metadata);
     let route = |topic: &str, partition: u32| {
         if args.shard_aware {
             routes.address(topic, partition)
         } else {
-            args.broker
+            broker
         }
     };
 
@@ -269,6 +270,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
 
     let start = Instant::now();
     let shared = Arc::new(Shared {
+        broker,
         measure_from: start + Duration::from_secs_f64(args.warmup.max(0.0)),
         start,
         produced: AtomicU64::new(0),
@@ -303,12 +305,16 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         .collect();
 
     let progress = report::Progress::new(&args);
-    let (producer_results, consumer_results) = match args.client {
-        ClientKind::Blocking => run_blocking(&shared, producer_specs, consumer_specs, &progress)?,
-        ClientKind::Glommio => run_glommio(&shared, producer_specs, consumer_specs, &progress)?,
+    let results = match args.client {
+        ClientKind::Blocking => run_blocking(&shared, producer_specs, consumer_specs, &progress),
+        ClientKind::Glommio => run_glommio(&shared, producer_specs, consumer_specs, &progress),
     };
     progress.finish();
-    let report = report::Report::build(&args, &producer_results, &consumer_results);
+    if args.producers > 0 && !args.keep_topics {
+        delete_topics(&args.target, &created);
+    }
+    let (producer_results, consumer_results) = results?;
+    let report = report::Report::build(&shared, &producer_results, &consumer_results);
     report.print(&args);
     if let Some(dir) = &args.out {
         report
@@ -316,6 +322,87 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot write to {}: {e}", dir.display()))?;
     }
     Ok(())
+}
+
+/// The first address `--broker` names (the bench's workers connect to one address).
+fn resolve(target: &BrokerArgs) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let address = target.address();
+    address
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve --broker {address}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("--broker {address} resolves to no address"))
+}
+
+/// Creates the bench's topics with `--partitions` partitions. A run that produces deletes
+/// and creates again one that has another partition count (a bench topic is scratch, and
+/// a count left from an earlier run would fail it or skew it); a consume-only run reads
+/// what is there. Returns the topics created.
+fn prepare_topics(admin: &mut Client, args: &BenchArgs) -> Result<Vec<String>, String> {
+    let names: Vec<String> = (0..args.topics.max(1))
+        .map(|t| format!("{}-{t}", args.topic_prefix))
+        .collect();
+    let wanted: Vec<&str> = names.iter().map(String::as_str).collect();
+    let metadata = admin.metadata(&wanted).map_err(|e| e.to_string())?;
+    let mut created = Vec::new();
+    for name in &names {
+        let existing = metadata
+            .topics
+            .iter()
+            .find(|t| &t.name == name && t.error == 0)
+            .map(|t| t.partitions.len() as u32);
+        match existing {
+            Some(n) if n == args.partitions => continue,
+            Some(n) if args.producers == 0 => {
+                if n < args.partitions {
+                    return Err(format!(
+                        "topic {name} has {n} partitions, fewer than --partitions {}",
+                        args.partitions
+                    ));
+                }
+                continue;
+            }
+            Some(n) => {
+                eprintln!(
+                    "bench: deleting topic {name} ({n} partitions) to create it with {}",
+                    args.partitions
+                );
+                admin
+                    .delete_topic(name)
+                    .map_err(|e| format!("cannot delete topic {name}: {e}"))?;
+            }
+            None => {}
+        }
+        let settings = TopicSettings {
+            partitions: args.partitions,
+            ..Default::default()
+        };
+        match admin.create_topic(name, settings) {
+            Ok(()) => created.push(name.clone()),
+            // Another bench made it since the metadata was read: use it.
+            Err(e) if e.code() == Some(ErrorCode::TopicExists) => {}
+            Err(e) => return Err(format!("cannot create topic {name}: {e}")),
+        }
+    }
+    Ok(created)
+}
+
+/// Deletes the topics the run created; a failure is reported, not fatal (the results
+/// stand).
+fn delete_topics(target: &BrokerArgs, topics: &[String]) {
+    let mut admin = match target.connect(Duration::ZERO) {
+        Ok(admin) => admin,
+        Err(e) => {
+            eprintln!("bench: cannot delete the bench topics: {e}");
+            return;
+        }
+    };
+    for name in topics {
+        if let Err(e) = admin.delete_topic(name) {
+            eprintln!("bench: cannot delete topic {name}: {e}");
+        }
+    }
 }
 
 pub type Results = (Vec<WorkerResult>, Vec<WorkerResult>);

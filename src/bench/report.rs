@@ -1,10 +1,11 @@
 //! The bench's output: a text table or one JSON object, `.hgrm` percentile files, an SVG
 //! latency chart, and the progress bar.
 
+use std::cell::Cell;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -13,41 +14,107 @@ use serde_json::{Value, json};
 use crate::bench::workers::WorkerResult;
 use crate::bench::{BenchArgs, Shared, histogram};
 
+/// The live display: in `--duration` mode, elapsed and remaining time; with `--count`, a
+/// bar of the messages; in both, the rates over the last second.
 pub struct Progress {
     bar: Option<ProgressBar>,
+    /// Counts at the last rate sample: when, produced, consumed.
+    last: Cell<(Instant, u64, u64)>,
+    /// Messages per second produced and consumed over the last sample.
+    rates: Cell<(f64, f64)>,
 }
+
+/// How often the rates shown are recomputed.
+const RATE_SAMPLE: Duration = Duration::from_secs(1);
 
 impl Progress {
     pub fn new(args: &BenchArgs) -> Progress {
+        let last = Cell::new((Instant::now(), 0, 0));
+        let rates = Cell::new((0.0, 0.0));
         if args.quiet || args.json {
-            return Progress { bar: None };
+            return Progress {
+                bar: None,
+                last,
+                rates,
+            };
         }
-        let total = args.count.unwrap_or(0);
-        let bar = if total > 0 {
-            ProgressBar::new(total)
-        } else {
-            ProgressBar::new_spinner()
+        let (bar, template) = match (args.count, args.duration) {
+            (Some(count), _) => (
+                ProgressBar::new(count),
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} msgs  {msg}",
+            ),
+            (None, Some(seconds)) => (
+                // Position and length in tenths of a second.
+                ProgressBar::new((seconds * 10.0).ceil() as u64),
+                "{spinner} [{elapsed_precise}] {bar:30} {prefix} left  {msg}",
+            ),
+            (None, None) => (
+                ProgressBar::new_spinner(),
+                "{spinner} [{elapsed_precise}] {msg}",
+            ),
         };
-        bar.set_style(
-            ProgressStyle::with_template(
-                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} msgs {msg}",
-            )
-            .expect("valid template"),
-        );
-        Progress { bar: Some(bar) }
+        bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
+        Progress {
+            bar: Some(bar),
+            last,
+            rates,
+        }
     }
 
     pub fn tick(&self, shared: &Shared) {
-        if let Some(bar) = &self.bar {
-            let produced = shared.produced.load(Ordering::Relaxed);
-            let consumed = shared.consumed.load(Ordering::Relaxed);
-            bar.set_position(if shared.args.producers > 0 {
+        let Some(bar) = &self.bar else {
+            return;
+        };
+        let args = &shared.args;
+        let produced = shared.produced.load(Ordering::Relaxed);
+        let consumed = shared.consumed.load(Ordering::Relaxed);
+        let (at, produced_then, consumed_then) = self.last.get();
+        let now = Instant::now();
+        let since = now.duration_since(at);
+        if since >= RATE_SAMPLE {
+            let per_s = |n: u64| n as f64 / since.as_secs_f64();
+            self.rates.set((
+                per_s(produced.saturating_sub(produced_then)),
+                per_s(consumed.saturating_sub(consumed_then)),
+            ));
+            self.last.set((now, produced, consumed));
+        }
+        match (args.count, args.duration) {
+            (Some(_), _) => bar.set_position(if args.producers > 0 {
                 produced
             } else {
                 consumed
-            });
-            bar.set_message(format!("produced {produced}, consumed {consumed}"));
+            }),
+            (None, Some(seconds)) => {
+                let elapsed = shared.start.elapsed().as_secs_f64();
+                bar.set_position((elapsed.min(seconds) * 10.0) as u64);
+                bar.set_prefix(format!("{:.0} s", (seconds - elapsed).max(0.0).ceil()));
+            }
+            (None, None) => bar.tick(),
         }
+        let (produce_rate, consume_rate) = self.rates.get();
+        let mb = |rate: f64| rate * args.size as f64 / 1e6;
+        let mut msg = String::new();
+        if args.producers > 0 {
+            let _ = write!(
+                msg,
+                "produce {} msgs/s {:.1} MB/s ({produced})",
+                human(produce_rate),
+                mb(produce_rate)
+            );
+        }
+        if args.consumers > 0 {
+            if !msg.is_empty() {
+                msg.push_str("  ");
+            }
+            let _ = write!(
+                msg,
+                "consume {} msgs/s {:.1} MB/s ({consumed})",
+                human(consume_rate),
+                mb(consume_rate)
+            );
+        }
+        bar.set_message(msg);
     }
 
     pub fn finish(&self) {
@@ -57,16 +124,30 @@ impl Progress {
     }
 }
 
+/// A rate in few characters: 950, 12.3k, 1.25M.
+fn human(rate: f64) -> String {
+    if rate >= 1e6 {
+        format!("{:.2}M", rate / 1e6)
+    } else if rate >= 1e3 {
+        format!("{:.1}k", rate / 1e3)
+    } else {
+        format!("{rate:.0}")
+    }
+}
+
 /// Throughput of one side of the run.
 pub struct Side {
+    /// Messages measured: after the warm-up.
     pub messages: u64,
+    /// Messages in all, the warm-up's included.
+    pub messages_total: u64,
     pub payload_bytes: u64,
     pub seconds: f64,
     pub latency_ns: Histogram<u64>,
 }
 
 impl Side {
-    fn merge(results: &[WorkerResult]) -> Side {
+    fn merge(results: &[WorkerResult], messages_total: u64) -> Side {
         let mut latency_ns = histogram();
         let (mut messages, mut payload_bytes) = (0, 0);
         let mut window: Option<(Instant, Instant)> = None;
@@ -84,6 +165,7 @@ impl Side {
         let seconds = window.map_or(0.0, |(a, b)| b.duration_since(a).as_secs_f64());
         Side {
             messages,
+            messages_total,
             payload_bytes,
             seconds,
             latency_ns,
@@ -132,15 +214,16 @@ fn percentiles_us(h: &Histogram<u64>) -> Value {
 
 impl Report {
     pub fn build(
-        args: &BenchArgs,
+        shared: &Shared,
         producers: &[WorkerResult],
         consumers: &[WorkerResult],
     ) -> Report {
+        let args = &shared.args;
         Report {
-            produce: Side::merge(producers),
-            consume: Side::merge(consumers),
+            produce: Side::merge(producers, shared.produced.load(Ordering::Relaxed)),
+            consume: Side::merge(consumers, shared.consumed.load(Ordering::Relaxed)),
             config: json!({
-                "broker": args.broker.to_string(),
+                "broker": shared.broker.to_string(),
                 "producers": args.producers,
                 "consumers": args.consumers,
                 "topics": args.topics,
@@ -167,6 +250,7 @@ impl Report {
                 "msgs_per_s": self.produce.msgs_per_s(),
                 "mb_per_s": self.produce.mb_per_s(),
                 "messages": self.produce.messages,
+                "messages_total": self.produce.messages_total,
                 "payload_bytes": self.produce.payload_bytes,
                 "seconds": self.produce.seconds,
                 "ack_latency_us": percentiles_us(&self.produce.latency_ns),
@@ -175,6 +259,7 @@ impl Report {
                 "msgs_per_s": self.consume.msgs_per_s(),
                 "mb_per_s": self.consume.mb_per_s(),
                 "messages": self.consume.messages,
+                "messages_total": self.consume.messages_total,
                 "payload_bytes": self.consume.payload_bytes,
                 "seconds": self.consume.seconds,
             },
@@ -192,13 +277,21 @@ impl Report {
         let line = |out: &mut String, name: &str, side: &Side| {
             let _ = writeln!(
                 out,
-                "{name:<9} {:>12.0} msgs/s {:>9.1} MB/s  ({} msgs in {:.2} s)",
+                "{name:<9} {:>12.0} msgs/s {:>9.1} MB/s  ({} msgs measured in {:.2} s; {} in all)",
                 side.msgs_per_s(),
                 side.mb_per_s(),
                 side.messages,
-                side.seconds
+                side.seconds,
+                side.messages_total
             );
         };
+        if args.warmup > 0.0 {
+            let _ = writeln!(
+                out,
+                "(the first {} s are warm-up: their messages count in all, not in the rates and latencies)",
+                args.warmup
+            );
+        }
         line(&mut out, "produce", &self.produce);
         line(&mut out, "consume", &self.consume);
         let _ = writeln!(
@@ -249,10 +342,13 @@ impl Report {
     }
 }
 
-/// HdrHistogram's percentile-distribution text format (values in microseconds).
+/// HdrHistogram's percentile-distribution text format (values in microseconds);
+/// `TotalCount` is the running total of values at or below each line's value.
 pub fn hgrm(h: &Histogram<u64>) -> String {
     let mut out = String::from("       Value     Percentile TotalCount 1/(1-Percentile)\n\n");
+    let mut total = 0u64;
     for v in h.iter_quantiles(1) {
+        total += v.count_since_last_iteration();
         let q = v.quantile_iterated_to();
         let inverse = if q < 1.0 {
             format!("{:.2}", 1.0 / (1.0 - q))
@@ -264,7 +360,7 @@ pub fn hgrm(h: &Histogram<u64>) -> String {
             "{:12.3} {:14.12} {:10} {:>14}",
             v.value_iterated_to() as f64 / 1000.0,
             q,
-            v.count_since_last_iteration(),
+            total,
             inverse
         );
     }
@@ -337,4 +433,35 @@ fn chart(path: &Path, title: &str, series: &[(&str, &Histogram<u64>)]) -> Result
         .draw()
         .map_err(|e| e.to_string())?;
     root.present().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Values 1..=1000 us: each line's TotalCount is how many are at or below its value,
+    /// so it grows and ends at the histogram's count.
+    #[test]
+    fn hgrm_total_count_is_the_running_total() {
+        let mut h = histogram();
+        for us in 1..=1000u64 {
+            h.record(us * 1000).unwrap();
+        }
+        let text = hgrm(&h);
+        let rows: Vec<(f64, u64)> = text
+            .lines()
+            .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.contains("Value"))
+            .map(|l| {
+                let cells: Vec<&str> = l.split_whitespace().collect();
+                (cells[0].parse().unwrap(), cells[2].parse().unwrap())
+            })
+            .collect();
+        assert!(rows.len() > 10, "{text}");
+        assert!(rows.windows(2).all(|w| w[0].1 <= w[1].1), "{text}");
+        assert_eq!(rows.last().unwrap().1, 1000, "{text}");
+        // At the median line, about half the values are at or below it.
+        let (value, count) = rows.iter().find(|(_, c)| *c >= 500).unwrap();
+        assert!((*value - *count as f64).abs() <= 2.0, "{value} us: {count}");
+        assert!(text.contains("Total count    =         1000"), "{text}");
+    }
 }

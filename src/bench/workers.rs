@@ -179,7 +179,7 @@ fn produce_inner(shared: &Shared, spec: &ProducerSpec) -> Result<WorkerResult, S
 /// Reads `partitions` round robin on one connection to the broker's main address.
 pub fn consume(shared: Arc<Shared>, partitions: Vec<ConsumerSpec>) -> Result<WorkerResult, String> {
     let args = &shared.args;
-    let mut client = Client::connect(args.broker).map_err(|e| format!("consumer: {e}"))?;
+    let mut client = Client::connect(shared.broker).map_err(|e| format!("consumer: {e}"))?;
     let mut offsets: Vec<u64> = partitions.iter().map(|p| p.offset).collect();
     let wait = if partitions.len() == 1 {
         Duration::from_millis(100)

@@ -1,16 +1,18 @@
 //! The command line: one binary, clap subcommands. Every `serve` flag can also be set by a
 //! `PAGURUS_*` environment variable; the client subcommands read `--broker` from
-//! `PAGURUS_BROKER`.
+//! `PAGURUS_BROKER`, or from the client configuration file ([`profile`]).
 
 mod consume;
+mod format;
 mod groups;
 mod produce;
+mod profile;
 mod serve;
 mod topics;
 
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::client::ClientError;
 use crate::client::blocking::Client;
@@ -23,7 +25,13 @@ use crate::client::blocking::Client;
 )]
 pub struct Cli {
     /// Log level or filter (RUST_LOG syntax), e.g. info, debug, pagurus=trace.
-    #[arg(long, global = true, env = "PAGURUS_LOG_LEVEL", default_value = "info")]
+    #[arg(
+        long,
+        global = true,
+        env = "PAGURUS_LOG_LEVEL",
+        default_value = "info",
+        help_heading = "Logging"
+    )]
     pub log_level: String,
     /// Log format.
     #[arg(
@@ -31,7 +39,8 @@ pub struct Cli {
         global = true,
         env = "PAGURUS_LOG_FORMAT",
         value_enum,
-        default_value = "human"
+        default_value = "human",
+        help_heading = "Logging"
     )]
     pub log_format: LogFormat,
     #[command(subcommand)]
@@ -50,20 +59,49 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Produce records: one per line of stdin, or generated with --count and --size.
     Produce(produce::ProduceArgs),
-    /// Print the records of a partition, one per line.
+    /// Print the records of a topic (one partition or all), one per line or as --format says.
     Consume(consume::ConsumeArgs),
-    /// List, create, describe and delete topics.
+    /// List, create, describe, delete and compact topics.
     Topics(topics::TopicsArgs),
     /// List consumer groups and show their committed offsets and lag.
     Groups(groups::GroupsArgs),
     /// Drive a running broker and report throughput and latency percentiles.
     Bench(crate::bench::BenchArgs),
+    /// Print a shell completion script: `source <(pagurus completion bash)`.
+    Completion(CompletionArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct CompletionArgs {
+    /// Shell to complete in.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+impl Command {
+    /// The broker settings of a client subcommand, and its reconnect settings if it has
+    /// them.
+    fn client_args(&mut self) -> Option<(&mut BrokerArgs, Option<&mut ReconnectArgs>)> {
+        match self {
+            Command::Produce(a) => Some((&mut a.target, Some(&mut a.reconnect))),
+            Command::Consume(a) => Some((&mut a.target, Some(&mut a.reconnect))),
+            Command::Topics(a) => Some((&mut a.target, None)),
+            Command::Groups(a) => Some((&mut a.target, None)),
+            Command::Bench(a) => Some((&mut a.target, None)),
+            Command::Serve(_) | Command::Completion(_) => None,
+        }
+    }
 }
 
 /// Parses the command line and runs the chosen subcommand.
 pub fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let Err(message) = init_logging(&cli.log_level, cli.log_format) {
+        eprintln!("pagurus: {message}");
+        return std::process::ExitCode::from(2);
+    }
+    if let Err(message) = apply_config_file(&mut cli.command, &matches) {
         eprintln!("pagurus: {message}");
         return std::process::ExitCode::from(2);
     }
@@ -74,6 +112,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Topics(args) => topics::run(args),
         Command::Groups(args) => groups::run(args),
         Command::Bench(args) => crate::bench::run(args),
+        Command::Completion(args) => completion(args.shell),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -82,6 +121,55 @@ pub fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+fn completion(shell: clap_complete::Shell) -> Result<(), String> {
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "pagurus", &mut script);
+    print_out(&String::from_utf8_lossy(&script))
+}
+
+/// Fills the client settings that neither a flag nor an environment variable gave from the
+/// configuration file, so a flag wins over its variable, which wins over the file, which
+/// wins over the built-in default.
+fn apply_config_file(command: &mut Command, matches: &ArgMatches) -> Result<(), String> {
+    let Some((target, reconnect)) = command.client_args() else {
+        return Ok(());
+    };
+    let file = profile::load(target.profile.as_deref())?;
+    let from_default =
+        |id: &str| value_source(matches, id) == Some(clap::parser::ValueSource::DefaultValue);
+    if let Some(broker) = file.broker.filter(|_| from_default("broker")) {
+        target.broker = broker;
+    }
+    if let Some(timeout_ms) = file.timeout_ms.filter(|_| from_default("timeout_ms")) {
+        if timeout_ms == 0 {
+            return Err(String::from(
+                "the configuration file's timeout-ms must be above 0",
+            ));
+        }
+        target.timeout_ms = timeout_ms;
+    }
+    if let (Some(reconnect), Some(ms)) = (reconnect, file.reconnect_ms)
+        && from_default("reconnect_ms")
+    {
+        reconnect.reconnect_ms = ms;
+    }
+    Ok(())
+}
+
+/// Where the value of argument `id` came from, at the deepest subcommand that has it (a
+/// global flag is propagated down to every subcommand).
+fn value_source(matches: &ArgMatches, id: &str) -> Option<clap::parser::ValueSource> {
+    let mut found = None;
+    let mut level = Some(matches);
+    while let Some(m) = level {
+        if m.ids().any(|i| i.as_str() == id) {
+            found = m.value_source(id).or(found);
+        }
+        level = m.subcommand().map(|(_, sub)| sub);
+    }
+    found
 }
 
 /// Logs go to stderr: `RUST_LOG`, when set, overrides `--log-level`. Human logs are
@@ -120,8 +208,10 @@ const DEFAULT_PORT: u16 = 9092;
 
 /// Where the client subcommands find the broker, and how long they wait for it.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Connection")]
 pub struct BrokerArgs {
-    /// Broker address: host:port, or a host alone for port 9092.
+    /// Broker address: host:port, or a host alone for port 9092 (the configuration file's
+    /// `broker` when neither the flag nor the variable is given).
     #[arg(long, global = true, env = "PAGURUS_BROKER", default_value = DEFAULT_BROKER)]
     pub broker: String,
     /// Longest wait for the broker, in ms: to connect, to greet, and to answer a request
@@ -129,6 +219,10 @@ pub struct BrokerArgs {
     #[arg(long, global = true, env = "PAGURUS_TIMEOUT_MS", default_value_t = 10_000,
         value_parser = clap::value_parser!(u64).range(1..))]
     pub timeout_ms: u64,
+    /// Take the defaults from [profile.NAME] of the configuration file
+    /// ($PAGURUS_CONFIG or ~/.config/pagurus/config.toml) instead of its top level.
+    #[arg(long, global = true, env = "PAGURUS_PROFILE", value_name = "NAME")]
+    pub profile: Option<String>,
 }
 
 impl BrokerArgs {
@@ -199,6 +293,7 @@ fn connection_lost(e: &ClientError) -> bool {
 
 /// How long `produce` and `consume` keep trying to reconnect after losing the broker.
 #[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Connection")]
 pub struct ReconnectArgs {
     /// After the connection is lost (the broker stopped or restarted), keep trying to
     /// reconnect for this long, in ms, with growing pauses; 0: fail at once.
@@ -282,6 +377,22 @@ fn print_out(text: &str) -> Result<(), String> {
         }
         _ => Ok(()),
     }
+}
+
+/// `--output` of the listing subcommands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    // Plain comments: documented values would switch `--help` to clap's long layout.
+    // Lines and tables for people.
+    Text,
+    // One JSON document (an array, or an object for `groups describe`).
+    Json,
+}
+
+/// Writes a JSON document and a newline to stdout.
+fn print_json(value: &serde_json::Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).expect("a JSON value serializes");
+    print_out(&format!("{text}\n"))
 }
 
 /// Lays out rows under headers in left-aligned columns two spaces apart.

@@ -22,8 +22,6 @@ use crate::client::produce::{Accumulator, BatchLimits, ProduceFrame};
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
-    #[command(flatten)]
-    pub target: BrokerArgs,
     /// Topic to append to; the broker creates an unknown topic with one partition.
     #[arg(long)]
     pub topic: String,
@@ -61,6 +59,8 @@ pub struct ProduceArgs {
     /// Produce requests (one batch each) sent before the oldest must be acknowledged.
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
     pub in_flight: u64,
+    #[command(flatten)]
+    pub target: BrokerArgs,
     #[command(flatten)]
     pub reconnect: ReconnectArgs,
 }

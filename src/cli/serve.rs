@@ -15,8 +15,9 @@ pub struct ServeArgs {
     /// Directory holding topics, partitions and offsets.
     #[arg(long, env = "PAGURUS_DATA_DIR", default_value = "./pagurus-data")]
     pub data_dir: PathBuf,
-    /// Address every core listens on (SO_REUSEPORT).
-    #[arg(long, env = "PAGURUS_LISTEN", default_value = "127.0.0.1:9092")]
+    /// Address every core listens on (SO_REUSEPORT): IP:PORT, or HOST:PORT resolved at
+    /// start (its first IPv4 address, else its first).
+    #[arg(long, env = "PAGURUS_LISTEN", default_value = "127.0.0.1:9092", value_parser = parse_address)]
     pub listen: SocketAddr,
     /// Executors, one per CPU; 0 = every CPU the process may run on.
     #[arg(long, env = "PAGURUS_CORES", default_value_t = 0)]
@@ -67,8 +68,32 @@ pub struct ServeArgs {
     #[arg(long, env = "PAGURUS_OFFSETS_SEGMENT_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub offsets_segment_bytes: u64,
     /// Serve Prometheus metrics at http://ADDR/metrics (off when not given).
-    #[arg(long, env = "PAGURUS_METRICS_LISTEN", value_name = "ADDR")]
+    #[arg(long, env = "PAGURUS_METRICS_LISTEN", value_name = "ADDR", value_parser = parse_address)]
     pub metrics_listen: Option<SocketAddr>,
+}
+
+/// `IP:PORT`, or `HOST:PORT` resolved: the first IPv4 address it has (what `localhost`
+/// means to most clients), else the first.
+fn parse_address(s: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    if s.rsplit_once(':')
+        .is_none_or(|(_, port)| port.parse::<u16>().is_err())
+    {
+        return Err(format!("{s:?} is not HOST:PORT"));
+    }
+    let addrs: Vec<SocketAddr> = s
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {s:?}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{s:?} resolves to no address"))
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {

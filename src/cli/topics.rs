@@ -1,8 +1,10 @@
-//! `pagurus topics list|create|describe|delete|compact`.
+//! `pagurus topics list|create|describe|delete|compact`; `list` and `describe` print text
+//! or JSON (`--output json`).
 
 use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
 
-use crate::cli::{BrokerArgs, describe, print_out, table};
+use crate::cli::{BrokerArgs, Output, describe, print_json, print_out, table};
 use crate::protocol::native::{ErrorCode, TopicMetadata, TopicSettings};
 use crate::storage::FsyncPolicy;
 
@@ -17,7 +19,11 @@ pub struct TopicsArgs {
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
     /// Print the name of every topic, one per line.
-    List,
+    List {
+        /// text, or json: one JSON document, for scripts.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
+    },
     /// Create a topic.
     Create(CreateArgs),
     /// Print a topic's settings and, per partition, its owner core, log start offset and
@@ -25,6 +31,9 @@ pub enum TopicsCommand {
     Describe {
         /// Topics to describe; every topic if none is named.
         names: Vec<String>,
+        /// text, or json: one JSON document, for scripts.
+        #[arg(long, value_enum, default_value = "text")]
+        output: Output,
     },
     /// Delete a topic and all its data.
     Delete {
@@ -42,6 +51,9 @@ pub enum TopicsCommand {
     },
 }
 
+/// Partitions a topic may have (the broker refuses more).
+const PARTITIONS_MAX: u32 = 4096;
+
 /// A compaction pass over a large partition reads and rewrites it: wait this long.
 const COMPACT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3600);
 
@@ -50,7 +62,8 @@ pub struct CreateArgs {
     /// Topic name: 1-249 characters of [A-Za-z0-9._-], not "." or "..".
     pub name: String,
     /// Number of partitions (1-4096).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(PARTITIONS_MAX)))]
     pub partitions: u32,
     /// When a produce is acknowledged: always, never or interval=MS; the broker's --fsync
     /// if not given.
@@ -82,14 +95,25 @@ pub enum Cleanup {
 pub fn run(args: TopicsArgs) -> Result<(), String> {
     let mut client = args.target.connect(std::time::Duration::ZERO)?;
     match args.command {
-        TopicsCommand::List => {
+        TopicsCommand::List { output } => {
             let metadata = client.metadata(&[]).map_err(|e| describe(&e))?;
-            let mut text = String::new();
-            for topic in metadata.topics {
-                text.push_str(&topic.name);
-                text.push('\n');
+            match output {
+                Output::Text => {
+                    let names: String = metadata
+                        .topics
+                        .iter()
+                        .map(|t| format!("{}\n", t.name))
+                        .collect();
+                    print_out(&names)?;
+                }
+                Output::Json => print_json(&json!(
+                    metadata
+                        .topics
+                        .iter()
+                        .map(|t| json!({"name": t.name, "partitions": t.partitions.len()}))
+                        .collect::<Vec<_>>()
+                ))?,
             }
-            print_out(&text)?;
         }
         TopicsCommand::Create(create) => {
             let settings = settings(&create)?;
@@ -103,7 +127,7 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
                 if create.partitions == 1 { "" } else { "s" }
             ))?;
         }
-        TopicsCommand::Describe { names } => {
+        TopicsCommand::Describe { names, output } => {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             let metadata = client.metadata(&names).map_err(|e| describe(&e))?;
             if let Some(unknown) = metadata.topics.iter().find(|t| t.error != 0) {
@@ -113,8 +137,15 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
                     ErrorCode::from_u16(unknown.error).map_or("error", ErrorCode::name)
                 ));
             }
-            let text: Vec<String> = metadata.topics.iter().map(describe_topic).collect();
-            print_out(&text.join("\n"))?;
+            match output {
+                Output::Text => {
+                    let text: Vec<String> = metadata.topics.iter().map(describe_topic).collect();
+                    print_out(&text.join("\n"))?;
+                }
+                Output::Json => print_json(&json!(
+                    metadata.topics.iter().map(topic_json).collect::<Vec<_>>()
+                ))?,
+            }
         }
         TopicsCommand::Delete { name } => {
             client
@@ -142,9 +173,9 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
                     .compact(&name, p)
                     .map_err(|e| format!("compacting {name}/{p}: {}", describe(&e)))?;
                 text.push_str(&format!(
-                    "{name}/{p}: {} segments rewritten, {} batches removed, {} -> {} bytes in {} ms\n",
-                    done.segments_rewritten,
-                    done.batches_removed,
+                    "{name}/{p}: {} rewritten, {} removed, {} -> {} bytes in {} ms\n",
+                    plural(done.segments_rewritten.into(), "segment"),
+                    plural(done.batches_removed, "batch"),
                     done.bytes_before,
                     done.bytes_after,
                     done.duration_us / 1000
@@ -186,16 +217,57 @@ fn settings(create: &CreateArgs) -> Result<TopicSettings, String> {
     })
 }
 
-/// Settings, one per line, then the partition table.
-fn describe_topic(topic: &TopicMetadata) -> String {
-    let s = &topic.settings;
-    let fsync = match s.fsync {
+/// "1 segment", "2 segments", "3 batches".
+fn plural(n: u64, one: &str) -> String {
+    match (n, one.ends_with(['s', 'h'])) {
+        (1, _) => format!("1 {one}"),
+        (_, true) => format!("{n} {one}es"),
+        (_, false) => format!("{n} {one}s"),
+    }
+}
+
+fn fsync_name(s: &TopicSettings) -> String {
+    match s.fsync {
         0 => String::from("broker default"),
         1 => String::from("always"),
         2 => String::from("never"),
         3 => format!("interval={}", s.fsync_interval_ms),
         other => format!("unknown ({other})"),
-    };
+    }
+}
+
+fn cleanup_name(s: &TopicSettings) -> String {
+    match s.cleanup {
+        0 => String::from("delete"),
+        1 => String::from("compact"),
+        other => format!("unknown ({other})"),
+    }
+}
+
+/// A topic as one JSON object; a limit of 0 (none) is null.
+fn topic_json(topic: &TopicMetadata) -> serde_json::Value {
+    let s = &topic.settings;
+    let limit = |value: u64| (value > 0).then_some(value);
+    json!({
+        "name": topic.name,
+        "partitions": topic.partitions.iter().enumerate().map(|(i, p)| json!({
+            "partition": i,
+            "owner_core": p.owner_core,
+            "log_start_offset": p.log_start_offset,
+            "high_watermark": p.high_watermark,
+        })).collect::<Vec<_>>(),
+        "fsync": fsync_name(s),
+        "segment_bytes": s.segment_bytes,
+        "retention_bytes": limit(s.retention_bytes),
+        "retention_ms": limit(s.retention_ms),
+        "cleanup": cleanup_name(s),
+    })
+}
+
+/// Settings, one per line, then the partition table.
+fn describe_topic(topic: &TopicMetadata) -> String {
+    let s = &topic.settings;
+    let fsync = fsync_name(s);
     let limit = |value: u64| {
         if value == 0 {
             String::from("none")
@@ -203,11 +275,7 @@ fn describe_topic(topic: &TopicMetadata) -> String {
             value.to_string()
         }
     };
-    let cleanup = match s.cleanup {
-        0 => String::from("delete"),
-        1 => String::from("compact"),
-        other => format!("unknown ({other})"),
-    };
+    let cleanup = cleanup_name(s);
     let mut out = format!(
         "topic:            {}\n\
          partitions:       {}\n\

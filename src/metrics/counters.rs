@@ -108,4 +108,34 @@ impl Metrics {
     pub fn dec(gauge: &Cell<u64>) {
         gauge.set(gauge.get().saturating_sub(1));
     }
+
+    /// `name=value` of every counter above zero, space-separated: one log field that
+    /// reads well in text and in JSON logs ("none" when all are zero).
+    pub fn nonzero_summary(&self) -> String {
+        let text: Vec<String> = self
+            .snapshot()
+            .into_iter()
+            .filter(|(_, value)| *value > 0)
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        if text.is_empty() {
+            String::from("none")
+        } else {
+            text.join(" ")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_names_only_counters_above_zero() {
+        let metrics = Metrics::default();
+        assert_eq!(metrics.nonzero_summary(), "none");
+        Metrics::add(&metrics.batches_in, 3);
+        Metrics::inc(&metrics.bad_names);
+        assert_eq!(metrics.nonzero_summary(), "bad_names=1 batches_in=3");
+    }
 }

@@ -261,7 +261,8 @@ async fn run_core_phases(
     connections: Arc<AtomicUsize>,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
-    tracing::debug!(cpu = ?cpu, "executor started; joining the mesh");
+    // An Option field is left out when None (no `Some(0)` in the logs).
+    tracing::debug!(cpu, "executor started; joining the mesh");
     // glommio's mesh join has been seen to hang (both executors parked, a cross-thread
     // wake-up lost) when many executors start at once on a loaded machine. It normally takes
     // microseconds; past MESH_JOIN_TIMEOUT the broker gives up and exits non-zero, so a
@@ -317,7 +318,7 @@ async fn run_core_phases(
     barriers.finished.fetch_add(1, Ordering::AcqRel);
     passed.finished.set(true);
     barriers.all_finished().await;
-    info!(core, counters = ?shard.metrics.snapshot(), "core stopped");
+    info!(core, counters = %shard.metrics.nonzero_summary(), "core stopped");
     served
 }
 
@@ -355,7 +356,7 @@ async fn serve_core(
         listeners.push(bind(addr)?);
     }
     let owned = shard.local_logs().len();
-    info!(core, cpu = ?cpu, partitions_owned = owned, listen = %config.listen, shard_port = ?config.shard_port(core), "core serving");
+    info!(core, cpu, partitions_owned = owned, listen = %config.listen, shard_port = config.shard_port(core), "core serving");
 
     let connection_tasks = Rc::new(std::cell::Cell::new(0usize));
     for listener in listeners {

@@ -371,6 +371,8 @@ impl Shard {
     pub fn valid_name<'n>(&self, name: &'n [u8], what: &str) -> Result<&'n str, Failure> {
         validate_name(name).map_err(|e| {
             Metrics::inc(&self.metrics.bad_names);
+            // The error names the bad character, never the whole (client-chosen) name.
+            warn!(what, error = %e, "name refused");
             Failure::new(ErrorCode::InvalidName, format!("invalid {what} name: {e}"))
         })
     }

@@ -225,11 +225,13 @@ async fn reader_loop(
                 deadline.done();
                 warn!(
                     body_bytes,
-                    body_max, "request frame over the limit; skipped"
+                    body_max, "request frame over the limit (--max-payload-bytes); skipped"
                 );
                 let mut out = Vec::new();
-                let message =
-                    format!("frame of {body_bytes} bytes exceeds the limit of {body_max}");
+                let message = format!(
+                    "frame of {body_bytes} bytes exceeds the limit of {body_max} (the broker's --max-payload-bytes {} and the request's header)",
+                    shard.config.log.limits.max_payload_bytes
+                );
                 encode_error(
                     &mut out,
                     correlation_id,
