@@ -17,10 +17,16 @@ pub fn counters(broker: &mut Broker) -> HashMap<String, u64> {
     assert!(broker.terminate().success(), "broker exits cleanly");
     let log = broker.log_text();
     let mut sums = HashMap::new();
+    // The stop line names the counters above zero: `counters=name=value name=value ...`.
     for line in log.lines().filter(|l| l.contains("core stopped")) {
-        for item in line.split("(\"").skip(1) {
-            let (name, rest) = item.split_once("\", ").expect("(name, value)");
-            let value: u64 = rest.split(')').next().unwrap().parse().unwrap();
+        let Some((_, summary)) = line.split_once("counters=") else {
+            continue;
+        };
+        for item in summary.split_whitespace() {
+            let Some((name, value)) = item.split_once('=') else {
+                continue;
+            };
+            let value: u64 = value.parse().expect("a counter's value is a number");
             *sums.entry(name.to_string()).or_insert(0) += value;
         }
     }
