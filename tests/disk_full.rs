@@ -192,15 +192,16 @@ fn produce_until_full(
 #[test]
 fn full_disk_refuses_produce_serves_fetch_and_recovers_when_space_returns() {
     let Some(fs) = SmallFs::mount(8) else { return };
-    // Room an operator can free later.
-    let ballast = fs.path().join("ballast");
-    std::fs::write(&ballast, vec![0x55u8; 1 << 20]).unwrap();
     // The data directory is the mount itself: the broker's log goes beside it, not on it.
     let mut broker = Broker::start_in(
         fs.path(),
         2,
         &["--fsync", "always", "--segment-bytes", "262144"],
     );
+    // Room an operator can free later; written once the broker has marked the directory
+    // as its own (it refuses to start in one that holds someone else's files).
+    let ballast = fs.path().join("ballast");
+    std::fs::write(&ballast, vec![0x55u8; 1 << 20]).unwrap();
     let topic = "full";
     let mut client = timed_client(&broker);
     client

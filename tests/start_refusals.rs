@@ -90,3 +90,108 @@ fn a_tiny_locked_memory_limit_names_what_to_raise() {
         "{stderr}"
     );
 }
+
+/// A directory of someone else's files, or one marked with a newer format, is refused with
+/// one line, before anything is written in it; an empty one is marked at first start; one
+/// pagurus wrote before the marker existed is adopted with its data.
+#[test]
+fn a_data_dir_that_is_not_pagurus_is_refused_and_left_as_it_was() {
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir_all(theirs.join("trash/important")).unwrap();
+    std::fs::write(theirs.join("trash/important/thesis.txt"), b"years of work").unwrap();
+    std::fs::write(theirs.join("notes.txt"), b"mine").unwrap();
+    let stderr = serve(&theirs, "127.0.0.1:0", &["--no-shard-ports"]);
+    let refusal: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("is not a pagurus data directory"))
+        .collect();
+    assert_eq!(refusal.len(), 1, "{stderr}");
+    assert!(refusal[0].contains("notes.txt"), "{stderr}");
+    let mut left: Vec<String> = walk(&theirs);
+    left.sort();
+    assert_eq!(
+        left,
+        [
+            "notes.txt",
+            "trash",
+            "trash/important",
+            "trash/important/thesis.txt"
+        ]
+    );
+    assert_eq!(
+        std::fs::read(theirs.join("trash/important/thesis.txt")).unwrap(),
+        b"years of work"
+    );
+
+    let newer = dir.path().join("newer");
+    std::fs::create_dir(&newer).unwrap();
+    std::fs::write(newer.join("pagurus.meta"), "format=99\ncreated_ns=1\n").unwrap();
+    let stderr = serve(&newer, "127.0.0.1:0", &["--no-shard-ports"]);
+    assert!(
+        stderr.contains("has data format 99, newer than this pagurus reads (1)"),
+        "{stderr}"
+    );
+    assert_eq!(walk(&newer), ["pagurus.meta"]);
+
+    let garbled = dir.path().join("garbled");
+    std::fs::create_dir(&garbled).unwrap();
+    std::fs::write(garbled.join("pagurus.meta"), "\u{0}\u{1}binary").unwrap();
+    let stderr = serve(&garbled, "127.0.0.1:0", &["--no-shard-ports"]);
+    assert!(
+        stderr.contains("cannot be read as a pagurus marker"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_data_dir_from_before_the_marker_is_adopted_with_its_data() {
+    use pagurus::protocol::record::encode_batch;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut broker = Broker::start_in(&data, 1, &[]);
+    let marker = std::fs::read_to_string(data.join("pagurus.meta")).unwrap();
+    assert!(marker.contains("format=1\n"), "{marker}");
+    assert!(marker.contains("created_ns="), "{marker}");
+    broker
+        .client()
+        .produce("kept", 0, &[encode_batch(0, b"", b"old", 1)])
+        .unwrap();
+    assert!(broker.terminate().success());
+    // As a broker from before the marker left it.
+    std::fs::remove_file(data.join("pagurus.meta")).unwrap();
+    broker.restart();
+    let fetched = broker
+        .client()
+        .fetch("kept", 0, 0, 1 << 20, std::time::Duration::ZERO)
+        .unwrap();
+    assert_eq!(fetched.batches.len(), 1);
+    assert!(data.join("pagurus.meta").is_file());
+    assert!(
+        broker.log_text().contains("adopted"),
+        "{}",
+        broker.log_text()
+    );
+}
+
+/// Paths under `root`, relative, with `/`.
+fn walk(root: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            out.push(
+                path.strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned(),
+            );
+            if path.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}

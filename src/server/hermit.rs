@@ -28,6 +28,7 @@ use crate::server::io::{RequestDeadline, read_some, write_all};
 use crate::server::sendfile::send_range;
 use crate::shard::calls::{Fetch, SendPlan};
 use crate::shard::data::Batches;
+use crate::shard::topics::TopicMeta;
 use crate::shard::{Failure, Shard};
 
 const PRODUCE: RequestKind = RequestKind::HermitProduce;
@@ -190,6 +191,19 @@ async fn producer(
         }
         shard.metrics.request_counts.request(PRODUCE);
         deadline.done();
+        if deleted_since(shard, &meta) {
+            // v1 has no error frame, and an 0xFF would invite a retry that creates the
+            // topic again: the connection ends, as the delete asks.
+            shard
+                .metrics
+                .request_counts
+                .error(PRODUCE, ErrorCode::UnknownTopic);
+            warn!(
+                topic,
+                "topic deleted while this HermitMQ producer used it; connection closed"
+            );
+            return Ok(());
+        }
         let ack = if partition >= meta.partitions {
             shard
                 .metrics
@@ -218,6 +232,15 @@ async fn producer(
             .await
             .map_err(|e| write_stalled(shard, e))?;
     }
+}
+
+/// True when the topic this connection was opened on is gone (deleted, or deleted and made
+/// again, which is another topic). Checked right before the call that would create it on
+/// demand, with no await between, so a delete wins (see `shard::used`).
+fn deleted_since(shard: &Shard, meta: &Rc<TopicMeta>) -> bool {
+    shard
+        .topic(&meta.name)
+        .is_none_or(|current| !Rc::ptr_eq(&current, meta))
 }
 
 /// Counts and logs a batch that did not arrive whole in time (mid-batch timeouts only).
@@ -306,6 +329,19 @@ async fn consumer(
     debug!(group, topic, partition, offset, "HermitMQ consumer starts");
     let mut probe = [0u8; 1];
     loop {
+        if deleted_since(shard, &meta) {
+            shard
+                .metrics
+                .request_counts
+                .error(CONSUME, ErrorCode::UnknownTopic);
+            warn!(
+                group,
+                topic,
+                partition,
+                "topic deleted while this HermitMQ consumer read it; connection closed"
+            );
+            return Ok(());
+        }
         let call = Fetch {
             topic: topic.clone(),
             partition,

@@ -39,6 +39,8 @@ pub enum ServeError {
         path: String,
         source: std::io::Error,
     },
+    #[error("{0}")]
+    NotDataDir(String),
     #[error("data directory {0} is in use by another pagurus process")]
     DataDirLocked(String),
     #[error("cannot listen on {addr}: {source}")]
@@ -84,6 +86,10 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         path: data_dir.clone(),
         source: std::io::Error::other(e.to_string()),
     })?;
+    // Before anything is written in it (even `.lock`): a directory of someone else's
+    // files, or of a newer format, is refused as it is.
+    let marked = crate::storage::marker::check_and_mark(&config.data_dir)
+        .map_err(|e| ServeError::NotDataDir(e.to_string()))?;
     // Absolute from here on: glommio's directory handles fail on relative paths ("Bad file
     // descriptor" opening a partition directory on a core other than the first).
     config.data_dir =
@@ -102,6 +108,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
     }
     let cores = config.cores;
     info!(pid = std::process::id(), cores, data_dir = %config.data_dir.display(), fsync = %config.log.fsync, "pagurus starting");
+    log_marked(&config.data_dir, marked);
     let config = Arc::new(config.clone());
     let mesh = MeshBuilder::<Envelope, _>::full(cores, MESH_CHANNEL_CAPACITY);
     let barriers = Barriers {
@@ -167,6 +174,21 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         info!("broker stopped cleanly");
     }
     result
+}
+
+/// Says what start-up found in the data directory.
+fn log_marked(data_dir: &std::path::Path, marked: crate::storage::marker::Marked) {
+    use crate::storage::marker::{MARKER_FILE, Marked};
+    let data_dir = data_dir.display();
+    match marked {
+        Marked::New => info!(%data_dir, "new data directory; {MARKER_FILE} written"),
+        Marked::Adopted => {
+            warn!(%data_dir, "data directory from before {MARKER_FILE} (only pagurus's own entries); adopted and marked")
+        }
+        Marked::Known { format, created_ns } => {
+            info!(%data_dir, format, created_ns, "data directory")
+        }
+    }
 }
 
 /// Binds the metrics address now, so a bad or busy one fails the start with a clear error.

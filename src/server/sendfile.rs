@@ -160,3 +160,84 @@ impl SegmentFiles {
         Ok(file)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    use std::path::Path;
+    use std::pin::pin;
+
+    use futures_lite::future::poll_once;
+    use glommio::LocalExecutorBuilder;
+    use nix::fcntl::{PosixFadviseAdvice, posix_fadvise};
+
+    use super::*;
+
+    const FILE_BYTES: usize = 4 << 20;
+    const PAGE_BYTES: usize = 4096;
+
+    /// A file of `FILE_BYTES` written, synced, and dropped from the page cache.
+    fn cold_file(path: &Path) -> File {
+        let mut file = File::create(path).unwrap();
+        file.write_all(&vec![0x5a; FILE_BYTES]).unwrap();
+        file.sync_all().unwrap();
+        posix_fadvise(file.as_fd(), 0, 0, PosixFadviseAdvice::POSIX_FADV_DONTNEED).unwrap();
+        file
+    }
+
+    /// Pages of `path` in the page cache.
+    fn resident_pages(path: &Path) -> usize {
+        let file = File::open(path).unwrap();
+        // SAFETY: a read-only mapping of a file no one truncates during the test.
+        let map = unsafe { memmap2::Mmap::map(&file).unwrap() };
+        let mut pages = vec![0u8; map.len().div_ceil(PAGE_BYTES)];
+        // SAFETY: `pages` has one byte per page of the mapping.
+        let rc = unsafe { libc::mincore(map.as_ptr() as *mut _, map.len(), pages.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", io::Error::last_os_error());
+        pages.iter().filter(|p| **p & 1 == 1).count()
+    }
+
+    /// Issue 13, bug 6: the blocking job of a populate whose caller went away (the
+    /// connection closed) and whose descriptor was closed meanwhile still reads the file it
+    /// was given, not whatever file got that descriptor number next.
+    #[test]
+    fn populate_reads_its_own_file_after_the_caller_is_gone() {
+        LocalExecutorBuilder::default()
+            .spawn(|| async {
+                let dir = tempfile::tempdir().unwrap();
+                let (wanted, other) = (dir.path().join("wanted"), dir.path().join("other"));
+                drop((cold_file(&wanted), cold_file(&other)));
+                if resident_pages(&wanted) > FILE_BYTES / PAGE_BYTES / 2 {
+                    eprintln!("the page cache keeps the test file (tmpfs?); nothing to check");
+                    return;
+                }
+                let file = Rc::new(File::open(&wanted).unwrap());
+                // Holds glommio's (single) blocking thread, so the populate job waits in its
+                // queue until after its caller and its descriptor are gone.
+                let mut busy = pin!(glommio::executor().spawn_blocking(|| {
+                    std::thread::sleep(std::time::Duration::from_millis(300))
+                }));
+                assert!(poll_once(busy.as_mut()).await.is_none());
+                {
+                    let populating = pin!(populate(&file, 0, FILE_BYTES as u64));
+                    assert!(poll_once(populating).await.is_none());
+                }
+                drop(file);
+                // The number the dropped descriptor had now names another file.
+                let reused = File::open(&other).unwrap();
+                busy.await;
+                // Jobs run in order on the one blocking thread: this one ends after populate's.
+                glommio::executor().spawn_blocking(|| ()).await;
+                drop(reused);
+                assert_eq!(
+                    resident_pages(&wanted),
+                    FILE_BYTES / PAGE_BYTES,
+                    "the populate job read another file"
+                );
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+}

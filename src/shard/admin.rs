@@ -13,7 +13,9 @@ use tracing::{info, warn};
 
 use crate::metrics::counters::Metrics;
 use crate::protocol::native::{ErrorCode, TopicSettings};
-use crate::shard::calls::{CreateTopic, DeleteTopic, DropTopic, OpenPartitions, PublishTopic, Run};
+use crate::shard::calls::{
+    CreateTopic, DeleteTopic, DropTopic, ForgetOffsets, OpenPartitions, PublishTopic, Run,
+};
 use crate::shard::topics::{self, TopicMeta};
 use crate::shard::{CONTROLLER_CORE, Failure, Shard};
 
@@ -187,12 +189,22 @@ impl Shard {
             name: name.to_string(),
         })
         .await?;
+        // Before the topic's files go: a crash in between leaves the topic (its delete not
+        // acknowledged) without offsets, never offsets of a deleted topic waiting for one
+        // made again under its name.
+        let mut offsets = 0;
+        for core in 0..self.cores() {
+            let call = ForgetOffsets {
+                topic: name.to_string(),
+            };
+            offsets += self.route(core, call).await?;
+        }
         let (data_dir, removed) = (self.config.data_dir.clone(), name.to_string());
         glommio::executor()
             .spawn_blocking(move || topics::remove_topic_dir(&data_dir, &removed))
             .await
             .map_err(Failure::from)?;
-        info!(topic = %name, "topic deleted");
+        info!(topic = %name, offsets, "topic deleted, with its groups' committed offsets");
         Ok(())
     }
 }
@@ -237,6 +249,12 @@ impl Run for PublishTopic {
     async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
         shard.publish_topic(self.meta);
         Ok(())
+    }
+}
+
+impl Run for ForgetOffsets {
+    async fn run(self, shard: &Rc<Shard>) -> Result<usize, Failure> {
+        shard.offsets.forget_topic(&self.topic).await
     }
 }
 

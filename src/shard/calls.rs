@@ -188,6 +188,13 @@ pub struct DropTopic {
     pub name: String,
 }
 
+/// From the controller to every core, deleting a topic: forget the topic's committed
+/// offsets in the offsets shards this core owns (durably). Replies how many.
+#[derive(Debug)]
+pub struct ForgetOffsets {
+    pub topic: String,
+}
+
 /// To the owner of the key's offsets shard.
 #[derive(Debug)]
 pub struct CommitOffset {
@@ -228,6 +235,7 @@ mesh_calls! {
     OpenPartitions -> ();
     PublishTopic -> ();
     DropTopic -> ();
+    ForgetOffsets -> usize;
     CommitOffset -> ();
     FetchOffset -> Option<u64>;
     GroupOffsets -> Vec<GroupOffset>;

@@ -142,6 +142,12 @@ impl Mesh {
             .is_some_and(|slot| slot.answer.is_some())
     }
 
+    /// Reply slots held now: one per call sent and not yet answered and collected (a
+    /// gauge: it must not grow with callers that went away).
+    pub fn calls_waiting(&self) -> usize {
+        self.slots.borrow().len()
+    }
+
     /// Gives up on a call in flight; a late answer is dropped.
     pub fn forget<C: MeshCall>(&self, in_flight: InFlight<C>) {
         drop(in_flight);
@@ -167,5 +173,94 @@ impl Mesh {
                 waker.wake();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::pin;
+    use std::sync::mpsc;
+
+    use futures_lite::future::poll_once;
+    use glommio::channels::channel_mesh::MeshBuilder;
+    use glommio::{LocalExecutorBuilder, Placement};
+
+    use super::*;
+    use crate::protocol::native::OffsetSpec;
+    use crate::shard::calls::ListOffsets;
+
+    fn call() -> ListOffsets {
+        ListOffsets {
+            topic: "t".to_string(),
+            partition: 0,
+            spec: OffsetSpec::Latest,
+        }
+    }
+
+    /// Issue 13, bug 5: a caller dropped while its call waits for room in the channel (the
+    /// v1 consumer's fetch raced against a hang-up, a scrape's gather given up), or while it
+    /// waits for the answer, leaves no reply slot behind. Two real executors joined in a
+    /// real mesh; the peer reads nothing until the end, so the channel fills.
+    #[test]
+    fn a_caller_dropped_while_its_call_is_in_flight_leaves_no_slot() {
+        const CAPACITY: usize = 4;
+        let mesh = MeshBuilder::<Envelope, _>::full(2, CAPACITY);
+        let (done, wait_done) = mpsc::channel::<()>();
+        let peer = LocalExecutorBuilder::new(Placement::Unbound)
+            .spawn({
+                let mesh = mesh.clone();
+                move || async move {
+                    let (_senders, receivers) = mesh.join().await.unwrap();
+                    // Blocks this executor's thread: nothing is read from the channel.
+                    let _ = wait_done.recv_timeout(std::time::Duration::from_secs(60));
+                    drop(receivers);
+                }
+            })
+            .unwrap();
+        let caller = LocalExecutorBuilder::new(Placement::Unbound)
+            .spawn(move || async move {
+                let (senders, _receivers) = mesh.join().await.unwrap();
+                let mesh = Mesh::new(senders.peer_id(), Some(senders));
+                let to = 1 - mesh.core;
+                let mut sent = Vec::new();
+                for _ in 0..CAPACITY {
+                    sent.push(mesh.start(to, call()).await.unwrap());
+                }
+                assert_eq!(mesh.calls_waiting(), CAPACITY);
+                // The channel is full: each of these waits in the send, and is dropped there.
+                for _ in 0..3 {
+                    let sending = pin!(mesh.start(to, call()));
+                    assert!(
+                        poll_once(sending).await.is_none(),
+                        "the send waits for room"
+                    );
+                }
+                assert_eq!(
+                    mesh.calls_waiting(),
+                    CAPACITY,
+                    "callers dropped in the send left their reply slots"
+                );
+                // Sent, not answered, given up: their slots go too, and a late answer to
+                // one of them is dropped.
+                for in_flight in sent.drain(..2) {
+                    mesh.forget(in_flight);
+                }
+                assert_eq!(mesh.calls_waiting(), 2);
+                {
+                    let finishing = pin!(mesh.finish(sent.pop().unwrap()));
+                    assert!(poll_once(finishing).await.is_none(), "no answer yet");
+                    assert_eq!(mesh.calls_waiting(), 2);
+                }
+                // The caller waiting for the answer went away.
+                assert_eq!(mesh.calls_waiting(), 1);
+                mesh.deliver(0, Answer::ListOffsets(Ok(7)));
+                assert_eq!(mesh.calls_waiting(), 1, "a late answer is dropped");
+                drop(sent);
+                assert_eq!(mesh.calls_waiting(), 0);
+                done.send(()).unwrap();
+            })
+            .unwrap();
+        caller.join().unwrap();
+        peer.join().unwrap();
     }
 }

@@ -16,6 +16,7 @@
 //! - [`offsets`]: consumer group offsets in 256 shards of internal logs.
 //! - [`membership`]: consumer group membership, one sans-IO state machine for every protocol.
 //! - [`producers`]: idempotent producers' sequences per partition, sans-IO.
+//! - [`used`]: the topics a connection used, so a delete wins over its clients.
 
 pub mod admin;
 pub mod calls;
@@ -29,6 +30,7 @@ pub mod producers;
 mod receive;
 pub mod snapshot;
 pub mod topics;
+pub mod used;
 
 use std::cell::RefCell;
 use std::collections::HashMap;

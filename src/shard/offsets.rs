@@ -8,7 +8,8 @@
 //! batch whose key is the encoded key and whose payload is `[u64 offset][u64 commit time ns]`,
 //! acknowledged per the broker's fsync policy. The newest batch per key wins; at start each
 //! shard is replayed into memory. Logs are opened on first use, so an idle broker does not
-//! create 256 directories.
+//! create 256 directories. Deleting a topic appends a tombstone (the key, an empty payload)
+//! for each of its committed offsets, so they do not come back at the next start.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -172,6 +173,54 @@ impl OffsetStore {
         Ok(())
     }
 
+    /// Forgets every committed offset of `topic` in this core's shards (the topic was
+    /// deleted): a tombstone per key is appended, and acknowledged per the fsync policy,
+    /// before this returns. Returns how many offsets were forgotten.
+    pub async fn forget_topic(&self, topic: &str) -> Result<usize, Failure> {
+        let slots: Vec<_> = self.shards.borrow().values().cloned().collect();
+        let mut forgotten = 0;
+        for slot in slots {
+            let (log, keys) = {
+                let guard = slot.borrow();
+                let Some(shard) = guard.as_ref() else {
+                    continue;
+                };
+                let keys: Vec<Vec<u8>> = shard
+                    .latest
+                    .keys()
+                    .filter(|key| decode_key(key).is_some_and(|(_, t, _)| t == topic))
+                    .cloned()
+                    .collect();
+                (Rc::clone(&shard.log), keys)
+            };
+            let now_ns = crate::clock::now_ns();
+            let mut staged = Vec::with_capacity(keys.len());
+            for key in keys {
+                let ticket = log.stage(&encode_batch(now_ns, &key, &[], 1), None).await?;
+                staged.push((key, ticket));
+            }
+            let Some(&(_, last)) = staged.last() else {
+                continue;
+            };
+            log.commit(last).await?;
+            // Gone once durable. A commit to one of these keys that landed after its
+            // tombstone in the log stays (a consumer of the topic made again meanwhile).
+            let mut guard = slot.borrow_mut();
+            let shard = guard.as_mut().expect("opened");
+            for (key, ticket) in &staged {
+                if shard
+                    .latest
+                    .get(key)
+                    .is_some_and(|c| c.log_offset < ticket.base_offset)
+                {
+                    shard.latest.remove(key);
+                }
+            }
+            forgotten += staged.len();
+        }
+        Ok(forgotten)
+    }
+
     pub async fn fetch(&self, key: &[u8]) -> Result<Option<Committed>, Failure> {
         let shard = shard_of(key);
         let dir = self.data_dir.join(OFFSETS_DIR).join(shard.to_string());
@@ -239,6 +288,11 @@ fn replay(log: &PartitionLog) -> Result<HashMap<Vec<u8>, Committed>, StorageErro
         for batch in batches {
             let header = BatchHeader::decode(&batch.bytes, &limits)?;
             let value = record::payload_of(&batch.bytes, &header);
+            if value.is_empty() {
+                // A tombstone: the key's topic was deleted.
+                latest.remove(record::key_of(&batch.bytes, &header));
+                continue;
+            }
             if value.len() != VALUE_LEN {
                 tracing::warn!(
                     offset = header.offset,

@@ -18,6 +18,7 @@ pub mod compaction;
 pub mod fs;
 pub mod index;
 pub mod log;
+pub mod marker;
 pub mod open;
 pub mod recovery;
 pub mod retention;

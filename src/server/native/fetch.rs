@@ -12,6 +12,7 @@ use crate::protocol::native::{self, ApiKey, ErrorCode};
 use crate::server::native::{Pending, Tag, error_frame, flush};
 use crate::server::sendfile::send_range;
 use crate::shard::calls::{Fetch, SendPlan};
+use crate::shard::used::UsedTopics;
 use crate::shard::{Failure, Shard};
 
 /// Largest fetch response a client may ask for.
@@ -43,13 +44,24 @@ pub(super) fn start(
 
 pub(super) async fn answer(
     shard: &std::rc::Rc<Shard>,
+    used: &UsedTopics,
     stream: &RefCell<TcpStream>,
     out: &mut Vec<u8>,
     correlation_id: u32,
     fetch: Fetch,
 ) -> io::Result<()> {
-    match shard.fetch(fetch).await {
-        Ok(plan) => send_fetch(shard, stream, out, correlation_id, plan).await,
+    let topic = fetch.topic.clone();
+    // Checked right before the fetch may create the topic: a tailing consumer's next fetch
+    // must not bring back a topic deleted under it.
+    let fetched = match used.check(shard, topic.as_bytes()) {
+        Ok(()) => shard.fetch(fetch).await,
+        Err(failure) => Err(failure),
+    };
+    match fetched {
+        Ok(plan) => {
+            used.record(shard, topic.as_bytes());
+            send_fetch(shard, stream, out, correlation_id, plan).await
+        }
         Err(failure) => {
             out.extend(error_frame(shard, (FETCH, correlation_id), &failure));
             Ok(())

@@ -33,6 +33,7 @@ use crate::protocol::native::{self, ApiKey, ErrorCode, FrameCheck, Request, enco
 use crate::server::io::{RequestDeadline, read_exact, read_some, write_all};
 use crate::shard::calls::Fetch;
 use crate::shard::data::ProduceInFlight;
+use crate::shard::used::UsedTopics;
 use crate::shard::{Failure, Shard};
 
 mod fetch;
@@ -104,8 +105,15 @@ pub async fn serve(
     }
     let stream = Rc::new(stream);
     let (tx, rx) = local_channel::new_bounded(shard.config.in_flight_max.max(1));
-    let writer = glommio::spawn_local(writer_loop(Rc::clone(&shard), Rc::clone(&stream), rx));
-    let read = reader_loop(&shard, &stream, tx).await;
+    // Shared by the reader (produce, commit, topic admin) and the writer (fetch).
+    let used = Rc::new(UsedTopics::default());
+    let writer = glommio::spawn_local(writer_loop(
+        Rc::clone(&shard),
+        Rc::clone(&stream),
+        rx,
+        Rc::clone(&used),
+    ));
+    let read = reader_loop(&shard, &stream, tx, &used).await;
     // The queue's sender is gone: the writer answers what is queued, then ends.
     let written = writer.await;
     if let Err(error) = &written
@@ -126,6 +134,7 @@ async fn reader_loop(
     shard: &Rc<Shard>,
     stream: &RefCell<TcpStream>,
     tx: LocalSender<Pending>,
+    used: &Rc<UsedTopics>,
 ) -> io::Result<()> {
     let limits = shard.config.log.limits;
     let body_max = native::frame_body_max_bytes(&limits);
@@ -138,7 +147,8 @@ async fn reader_loop(
         match native::check_frame(&buf, body_max) {
             FrameCheck::Complete { frame_bytes } => {
                 deadline.done();
-                let pending = dispatch(shard, &buf[native::FRAME_LEN_BYTES..frame_bytes]).await;
+                let pending =
+                    dispatch(shard, used, &buf[native::FRAME_LEN_BYTES..frame_bytes]).await;
                 buf.advance(frame_bytes);
                 if tx.send(pending).await.is_err() {
                     return Ok(()); // the writer failed; it reports why
@@ -319,7 +329,7 @@ fn error_frame(shard: &Shard, tag: Tag, failure: &Failure) -> Vec<u8> {
 }
 
 /// Decodes one request and starts it; returns what the writer must do to answer it.
-async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
+async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Pending {
     let limits = shard.config.log.limits;
     let (header, request) = match native::decode_request(body, &limits) {
         Ok(decoded) => decoded,
@@ -351,7 +361,7 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
             topic,
             partition,
             batches,
-        } => produce::start(shard, tag, topic, partition, batches).await,
+        } => produce::start(shard, used, tag, topic, partition, batches).await,
         Request::Fetch {
             topic,
             partition,
@@ -364,8 +374,14 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
             partition,
             spec,
         } => offsets::list(shard, tag, topic, partition, spec),
-        Request::CreateTopic { name, settings } => topics::create(shard, tag, name, settings),
-        Request::DeleteTopic { name } => topics::delete(shard, tag, name),
+        Request::CreateTopic { name, settings } => {
+            used.forget(name);
+            topics::create(shard, tag, name, settings)
+        }
+        Request::DeleteTopic { name } => {
+            used.forget(name);
+            topics::delete(shard, tag, name)
+        }
         Request::Compact { topic, partition } => topics::compact(shard, tag, topic, partition),
         Request::Metadata { topics } => metadata::metadata(shard, tag, topics),
         Request::CommitOffset {
@@ -373,7 +389,7 @@ async fn dispatch(shard: &Rc<Shard>, body: &[u8]) -> Pending {
             topic,
             partition,
             offset,
-        } => offsets::commit(shard, tag, group, topic, partition, offset),
+        } => offsets::commit(shard, used, tag, group, topic, partition, offset),
         Request::FetchOffset {
             group,
             topic,
@@ -409,6 +425,7 @@ async fn writer_loop(
     shard: Rc<Shard>,
     stream: Rc<RefCell<TcpStream>>,
     rx: LocalReceiver<Pending>,
+    used: Rc<UsedTopics>,
 ) -> io::Result<()> {
     // Grows with the first answers; a connection that never asks anything holds none.
     let mut out = Vec::new();
@@ -440,7 +457,7 @@ async fn writer_loop(
                 fetch,
             } => {
                 flush(&stream, &mut out).await?;
-                fetch::answer(&shard, &stream, &mut out, correlation_id, fetch).await?;
+                fetch::answer(&shard, &used, &stream, &mut out, correlation_id, fetch).await?;
             }
             Pending::Later(future) => {
                 flush(&stream, &mut out).await?;

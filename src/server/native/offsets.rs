@@ -4,6 +4,7 @@ use std::rc::Rc;
 
 use crate::protocol::native::{self, ErrorCode, OffsetSpec};
 use crate::server::native::{Pending, Tag, empty, later};
+use crate::shard::used::UsedTopics;
 use crate::shard::{Failure, Shard};
 
 pub(super) fn list(
@@ -24,6 +25,7 @@ pub(super) fn list(
 
 pub(super) fn commit(
     shard: &Rc<Shard>,
+    used: &Rc<UsedTopics>,
     tag: Tag,
     group: &[u8],
     topic: &[u8],
@@ -31,7 +33,10 @@ pub(super) fn commit(
     offset: u64,
 ) -> Pending {
     let (group, topic) = (group.to_vec(), topic.to_vec());
+    let used = Rc::clone(used);
     later(shard, tag, async move |shard: Rc<Shard>| {
+        // A consumer that used a deleted topic must not leave offsets for it behind.
+        used.check(&shard, &topic)?;
         shard
             .commit_offset(&group, &topic, partition, offset)
             .await

@@ -7,25 +7,36 @@ use crate::protocol::native::{self, ProduceBatches};
 use crate::server::native::{Pending, Tag, error_frame};
 use crate::shard::Shard;
 use crate::shard::data::{Batches, ProduceInFlight};
+use crate::shard::used::UsedTopics;
 
 const PRODUCE: crate::metrics::requests::RequestKind =
     crate::metrics::requests::RequestKind::Native(native::ApiKey::Produce);
 
 pub(super) async fn start(
     shard: &Rc<Shard>,
+    used: &UsedTopics,
     tag: Tag,
     topic: &[u8],
     partition: u32,
     batches: ProduceBatches<'_>,
 ) -> Pending {
-    match shard
-        .start_produce(topic, partition, Batches::Checked(batches))
-        .await
-    {
-        Ok(produce) => Pending::Produce {
-            correlation_id: tag.1,
-            produce,
-        },
+    // Checked right before the produce may create the topic (see `UsedTopics`).
+    let started = match used.check(shard, topic) {
+        Ok(()) => {
+            shard
+                .start_produce(topic, partition, Batches::Checked(batches))
+                .await
+        }
+        Err(failure) => Err(failure),
+    };
+    match started {
+        Ok(produce) => {
+            used.record(shard, topic);
+            Pending::Produce {
+                correlation_id: tag.1,
+                produce,
+            }
+        }
         Err(failure) => Pending::Ready(error_frame(shard, tag, &failure)),
     }
 }

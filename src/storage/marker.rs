@@ -1,0 +1,249 @@
+//! The data directory's marker (`<data-dir>/pagurus.meta`): written at the first start, it
+//! says the directory is pagurus's and in which on-disk format. The broker starts on an
+//! empty directory (and marks it) or on one with a marker it can read; anything else is
+//! refused, so `serve --data-dir` on a directory of someone else's files never starts
+//! (and never empties its `trash/`).
+//!
+//! A directory written by a pagurus from before the marker (no marker, only pagurus's own
+//! entries at the top: `topics/`, `offsets/`, `trash/`, `.lock`) is adopted: marked, and
+//! logged.
+
+use std::fs;
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use crate::storage::fs::write_file_durable;
+
+/// The marker's file name in the data directory.
+pub const MARKER_FILE: &str = "pagurus.meta";
+/// The on-disk format this broker writes and reads (segments, index, topic.meta, offsets).
+pub const FORMAT_VERSION: u32 = 1;
+/// Largest marker file read (it is a few lines).
+const MARKER_BYTES_MAX: u64 = 4096;
+
+/// Entries pagurus itself makes at the top of a data directory.
+const OWN_ENTRIES: &[&str] = &[".lock", "topics", "offsets", "trash"];
+/// Entries that do not make a directory someone else's: the marker's temp file, which a
+/// crash during the first start can leave, and `lost+found`, which a freshly made ext4 file
+/// system has at its root.
+const IGNORED_ENTRIES: &[&str] = &["pagurus.meta.tmp", "lost+found"];
+
+/// Why a data directory is not used.
+#[derive(Debug, thiserror::Error)]
+pub enum DataDirError {
+    #[error(
+        "{dir} is not a pagurus data directory: it holds {entry:?} and no {MARKER_FILE}; use an empty directory or one pagurus made"
+    )]
+    Foreign { dir: String, entry: String },
+    #[error(
+        "{dir} has data format {found}, newer than this pagurus reads ({FORMAT_VERSION}); run a newer pagurus"
+    )]
+    Newer { dir: String, found: u32 },
+    #[error(
+        "{path} cannot be read as a pagurus marker: {why}; if this is a pagurus data directory, restore the file"
+    )]
+    BadMarker { path: String, why: String },
+    #[error("cannot check the data directory {dir}: {why}")]
+    Io { dir: String, why: String },
+}
+
+/// What was found at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marked {
+    /// It had a marker this broker reads.
+    Known { format: u32, created_ns: u64 },
+    /// It was empty; the marker was written now.
+    New,
+    /// It held only pagurus's own layout and no marker (written before markers); marked now.
+    Adopted,
+}
+
+/// Checks the data directory `dir` (which exists) and marks it if it is new or adopted.
+pub fn check_and_mark(dir: &Path) -> Result<Marked, DataDirError> {
+    let shown = dir.display().to_string();
+    let io = |why: String| DataDirError::Io {
+        dir: shown.clone(),
+        why,
+    };
+    let marker = dir.join(MARKER_FILE);
+    match fs::symlink_metadata(&marker) {
+        Ok(_) => return read_marker(dir, &marker),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io(e.to_string())),
+    }
+    let mut own = false;
+    for entry in fs::read_dir(dir).map_err(|e| io(e.to_string()))? {
+        let entry = entry.map_err(|e| io(e.to_string()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if IGNORED_ENTRIES.contains(&name.as_str()) {
+            continue;
+        }
+        let is_dir = entry.file_type().map_err(|e| io(e.to_string()))?.is_dir();
+        let ours = match name.as_str() {
+            "topics" | "offsets" | "trash" => is_dir,
+            ".lock" => !is_dir,
+            _ => false,
+        };
+        if !ours {
+            return Err(DataDirError::Foreign {
+                dir: shown,
+                entry: name,
+            });
+        }
+        own |= OWN_ENTRIES.contains(&name.as_str());
+    }
+    write_marker(dir).map_err(|e| io(e.to_string()))?;
+    Ok(if own { Marked::Adopted } else { Marked::New })
+}
+
+fn read_marker(dir: &Path, marker: &Path) -> Result<Marked, DataDirError> {
+    let bad = |why: String| DataDirError::BadMarker {
+        path: marker.display().to_string(),
+        why,
+    };
+    let file = fs::File::open(marker).map_err(|e| bad(e.to_string()))?;
+    let len = file.metadata().map_err(|e| bad(e.to_string()))?.len();
+    if len > MARKER_BYTES_MAX {
+        return Err(bad(format!("{len} bytes, at most {MARKER_BYTES_MAX}")));
+    }
+    let text = fs::read_to_string(marker).map_err(|e| bad(e.to_string()))?;
+    let (format, created_ns) = parse(&text).map_err(bad)?;
+    if format > FORMAT_VERSION {
+        return Err(DataDirError::Newer {
+            dir: dir.display().to_string(),
+            found: format,
+        });
+    }
+    Ok(Marked::Known { format, created_ns })
+}
+
+/// `(format, created_ns)` from the marker's text: `key=value` lines (and `#` comments),
+/// unknown keys ignored (a later version may add some), `format` and `created_ns` required.
+fn parse(text: &str) -> Result<(u32, u64), String> {
+    let (mut format, mut created_ns) = (None, None);
+    for line in text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let Some((key, value)) = line.split_once('=') else {
+            return Err(format!("line {line:?} is not key=value"));
+        };
+        match key.trim() {
+            "format" => {
+                format = Some(
+                    value
+                        .trim()
+                        .parse::<u32>()
+                        .map_err(|e| format!("format {value:?}: {e}"))?,
+                )
+            }
+            "created_ns" => {
+                created_ns = Some(
+                    value
+                        .trim()
+                        .parse::<u64>()
+                        .map_err(|e| format!("created_ns {value:?}: {e}"))?,
+                )
+            }
+            _ => {}
+        }
+    }
+    match (format, created_ns) {
+        (Some(0), _) => Err("format 0".to_string()),
+        (Some(format), Some(created_ns)) => Ok((format, created_ns)),
+        _ => Err("format= and created_ns= are required".to_string()),
+    }
+}
+
+fn write_marker(dir: &Path) -> Result<(), crate::storage::StorageError> {
+    let created_ns = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    let text = format!(
+        "# pagurus data directory; do not edit\nformat={FORMAT_VERSION}\ncreated_ns={created_ns}\ncreated_by=pagurus {}\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    write_file_durable(dir, MARKER_FILE, text.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_is_marked_then_known() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(check_and_mark(dir.path()).unwrap(), Marked::New);
+        assert!(matches!(
+            check_and_mark(dir.path()).unwrap(),
+            Marked::Known {
+                format: FORMAT_VERSION,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn lost_and_found_alone_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir(dir.path().join("lost+found")).unwrap();
+        assert_eq!(check_and_mark(dir.path()).unwrap(), Marked::New);
+    }
+
+    #[test]
+    fn own_layout_without_marker_is_adopted() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("topics/t/0")).unwrap();
+        fs::create_dir(dir.path().join("offsets")).unwrap();
+        fs::write(dir.path().join(".lock"), b"").unwrap();
+        assert_eq!(check_and_mark(dir.path()).unwrap(), Marked::Adopted);
+        assert!(dir.path().join(MARKER_FILE).is_file());
+    }
+
+    #[test]
+    fn foreign_files_are_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("trash/important")).unwrap();
+        fs::write(dir.path().join("thesis.txt"), b"years").unwrap();
+        let error = check_and_mark(dir.path()).unwrap_err();
+        assert!(matches!(error, DataDirError::Foreign { ref entry, .. } if entry == "thesis.txt"));
+        assert!(!dir.path().join(MARKER_FILE).exists());
+        // A file where pagurus keeps a directory is not pagurus's either.
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("topics"), b"").unwrap();
+        assert!(check_and_mark(dir.path()).is_err());
+    }
+
+    #[test]
+    fn newer_or_unreadable_markers_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join(MARKER_FILE), "format=2\ncreated_ns=1\n").unwrap();
+        assert!(matches!(
+            check_and_mark(dir.path()),
+            Err(DataDirError::Newer { found: 2, .. })
+        ));
+        for text in ["", "garbage", "format=x\ncreated_ns=1", "format=1"] {
+            fs::write(dir.path().join(MARKER_FILE), text).unwrap();
+            assert!(
+                matches!(
+                    check_and_mark(dir.path()),
+                    Err(DataDirError::BadMarker { .. })
+                ),
+                "{text:?}"
+            );
+        }
+        fs::write(
+            dir.path().join(MARKER_FILE),
+            "format=1\ncreated_ns=7\nnew_key=x\n",
+        )
+        .unwrap();
+        assert_eq!(
+            check_and_mark(dir.path()).unwrap(),
+            Marked::Known {
+                format: 1,
+                created_ns: 7
+            }
+        );
+    }
+}
