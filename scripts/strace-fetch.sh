@@ -21,7 +21,7 @@ BROKER=$!
 sleep 1
 COUNT=$((MB * 1024 * 1024 / 1000))
 $BIN bench --broker 127.0.0.1:$PORT --producers 2 --consumers 0 --size 1000 --batch 100 \
-  --count $COUNT --topic-prefix strace --quiet >/dev/null
+  --count $COUNT --topic-prefix strace --keep-topics --quiet >/dev/null
 kill -TERM $BROKER; wait $BROKER || true
 
 # 2. Restart under strace and let a consumer catch up from the earliest offset.

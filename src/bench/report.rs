@@ -41,16 +41,16 @@ impl Progress {
         let (bar, template) = match (args.count, args.duration) {
             (Some(count), _) => (
                 ProgressBar::new(count),
-                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} msgs  {msg}",
+                "{spinner} [{elapsed_precise}] {bar:20} {pos}/{len} msgs  {wide_msg}",
             ),
             (None, Some(seconds)) => (
                 // Position and length in tenths of a second.
                 ProgressBar::new((seconds * 10.0).ceil() as u64),
-                "{spinner} [{elapsed_precise}] {bar:30} {prefix} left  {msg}",
+                "{spinner} [{elapsed_precise}] {bar:20} {prefix} left  {wide_msg}",
             ),
             (None, None) => (
                 ProgressBar::new_spinner(),
-                "{spinner} [{elapsed_precise}] {msg}",
+                "{spinner} [{elapsed_precise}] {wide_msg}",
             ),
         };
         bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
@@ -98,18 +98,18 @@ impl Progress {
         if args.producers > 0 {
             let _ = write!(
                 msg,
-                "produce {} msgs/s {:.1} MB/s ({produced})",
+                "produce {} msg/s {:.1} MB/s",
                 human(produce_rate),
                 mb(produce_rate)
             );
         }
         if args.consumers > 0 {
             if !msg.is_empty() {
-                msg.push_str("  ");
+                msg.push_str(" | ");
             }
             let _ = write!(
                 msg,
-                "consume {} msgs/s {:.1} MB/s ({consumed})",
+                "consume {} msg/s {:.1} MB/s",
                 human(consume_rate),
                 mb(consume_rate)
             );
