@@ -1,5 +1,5 @@
-//! `pagurus consume`: prints the records of one partition, one per line, optionally as a
-//! consumer group that resumes from, and commits, its offset.
+//! `pagurus consume`: prints the records of one partition, one per line; with `--group`,
+//! of the partitions the group gives this member (`consume_group`).
 
 use std::io::Write;
 use std::time::Duration;
@@ -20,18 +20,24 @@ pub struct ConsumeArgs {
     /// Topic to read (it must exist).
     #[arg(long)]
     pub topic: String,
-    /// Partition to read.
-    #[arg(long, default_value_t = 0)]
+    /// Partition to read (without --group).
+    #[arg(long, default_value_t = 0, conflicts_with = "group")]
     pub partition: u32,
-    /// Consumer group: start at its committed offset (unless --from says otherwise) and
-    /// commit the next offset after every fetch and at exit.
+    /// Consumer group: join it and read the partitions of the topic the broker assigns
+    /// this member (all of them when alone), each from the group's committed offset;
+    /// commit after every fetch and at exit; take over partitions as members come and go.
     #[arg(long)]
     pub group: Option<String>,
     /// Where to start: earliest, latest, an offset, or @TIMESTAMP_MS (the first batch stored
-    /// at or after that time, in ms since the Unix epoch). Default: the group's committed
-    /// offset with --group (earliest if it has none), earliest without.
+    /// at or after that time, in ms since the Unix epoch). Default: earliest. With --group,
+    /// where a partition the group has no committed offset for starts (earliest or latest;
+    /// `groups reset-offsets` moves committed ones).
     #[arg(long)]
     pub from: Option<StartAt>,
+    /// With --group: the member is removed (and its partitions given to the others) when
+    /// the broker hears nothing from it for this long, in ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub session_timeout_ms: u32,
     /// Stop after printing this many records.
     #[arg(long)]
     pub count: Option<u64>,
@@ -60,21 +66,17 @@ pub enum Format {
 }
 
 pub fn run(args: ConsumeArgs) -> Result<(), String> {
+    if let Some(group) = &args.group {
+        return super::consume_group::run(&args, group);
+    }
     let wait_ms = if args.exit_at_end { 0 } else { args.wait_ms };
     let mut client = args.target.connect(Duration::from_millis(wait_ms.into()))?;
-    let committed = match &args.group {
-        Some(group) => client
-            .fetch_offset(group, &args.topic, args.partition)
-            .map_err(|e| format!("reading the offset of group {group}: {}", describe(&e)))?,
-        None => None,
-    };
     // Asked first in every case: it fails for a topic that does not exist, where a fetch
     // would create it.
     let earliest = list_offset(&mut client, &args, OffsetSpec::Earliest)?;
-    let start = match (args.from, committed) {
-        (None, Some(offset)) => offset,
-        (Some(StartAt::Earliest) | None, _) => earliest,
-        (Some(at), _) => match at.spec().map_err(|e| describe(&e))? {
+    let start = match args.from {
+        None | Some(StartAt::Earliest) => earliest,
+        Some(at) => match at.spec().map_err(|e| describe(&e))? {
             Err(offset) => offset,
             Ok(spec) => list_offset(&mut client, &args, spec)?,
         },
@@ -83,19 +85,12 @@ pub fn run(args: ConsumeArgs) -> Result<(), String> {
         client,
         args: &args,
         out: std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock()),
-        start,
         next: start,
-        committed,
         printed: 0,
     };
     match consumer.consume(wait_ms) {
-        Err(Stop::OutputClosed) => Ok(()),
-        Err(Stop::Failed(e)) => {
-            // Keep what was printed: commit it before reporting the error.
-            let _ = consumer.commit();
-            Err(e)
-        }
-        Ok(()) => consumer.commit(),
+        Err(Stop::OutputClosed) | Ok(()) => Ok(()),
+        Err(Stop::Failed(e)) => Err(e),
     }
 }
 
@@ -113,7 +108,7 @@ fn list_offset(client: &mut Client, args: &ConsumeArgs, spec: OffsetSpec) -> Res
 }
 
 /// Why consuming stopped early.
-enum Stop {
+pub(super) enum Stop {
     /// Whoever reads stdout went away (e.g. `| head`): a normal end.
     OutputClosed,
     Failed(String),
@@ -129,12 +124,8 @@ struct Consumer<'a, W: Write> {
     client: Client,
     args: &'a ConsumeArgs,
     out: W,
-    /// Offset the consumer started at.
-    start: u64,
     /// Offset of the next record to print.
     next: u64,
-    /// Offset last committed for the group (or found committed at the start).
-    committed: Option<u64>,
     printed: u64,
 }
 
@@ -179,7 +170,6 @@ impl<W: Write> Consumer<'_, W> {
                 self.next = self.next.max(header.offset + header.records());
             }
             self.out.flush().map_err(output_error)?;
-            self.commit()?;
             if self.args.exit_at_end && self.next >= fetched.high_watermark {
                 break;
             }
@@ -228,40 +218,53 @@ impl<W: Write> Consumer<'_, W> {
         key: &[u8],
         value: &[u8],
     ) -> std::io::Result<()> {
-        match self.args.format {
-            Format::Raw => {
-                self.out.write_all(value)?;
-                self.out.write_all(b"\n")
-            }
-            Format::Json => writeln!(
-                self.out,
-                "{{\"offset\":{offset},\"timestamp\":{timestamp_ms},\"key\":{},\"value\":{}}}",
-                json_string(key),
-                json_string(value)
-            ),
-        }
+        print_record(
+            &mut self.out,
+            self.args.format,
+            Printed {
+                partition: None,
+                offset,
+                timestamp_ms,
+                key,
+                value,
+            },
+        )
     }
+}
 
-    /// Commits the next offset for the group, if there is a group and the consumer moved
-    /// past where it started.
-    fn commit(&mut self) -> Result<(), String> {
-        let Some(group) = &self.args.group else {
-            return Ok(());
-        };
-        if self.next == self.start || self.committed == Some(self.next) {
-            return Ok(());
+/// One record as printed.
+pub(super) struct Printed<'a> {
+    /// Given when the consumer reads several partitions (JSON only).
+    pub partition: Option<u32>,
+    pub offset: u64,
+    pub timestamp_ms: u64,
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+pub(super) fn print_record(
+    out: &mut impl Write,
+    format: Format,
+    record: Printed<'_>,
+) -> std::io::Result<()> {
+    match format {
+        Format::Raw => {
+            out.write_all(record.value)?;
+            out.write_all(b"\n")
         }
-        self.client
-            .commit_offset(group, &self.args.topic, self.args.partition, self.next)
-            .map_err(|e| {
-                format!(
-                    "committing offset {} for group {group}: {}",
-                    self.next,
-                    describe(&e)
-                )
-            })?;
-        self.committed = Some(self.next);
-        Ok(())
+        Format::Json => {
+            let partition = record
+                .partition
+                .map_or_else(String::new, |p| format!("\"partition\":{p},"));
+            writeln!(
+                out,
+                "{{{partition}\"offset\":{},\"timestamp\":{},\"key\":{},\"value\":{}}}",
+                record.offset,
+                record.timestamp_ms,
+                json_string(record.key),
+                json_string(record.value)
+            )
+        }
     }
 }
 
@@ -269,7 +272,7 @@ fn json_string(bytes: &[u8]) -> String {
     serde_json::to_string(&String::from_utf8_lossy(bytes)).expect("a string serializes")
 }
 
-fn output_error(e: std::io::Error) -> Stop {
+pub(super) fn output_error(e: std::io::Error) -> Stop {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         Stop::OutputClosed
     } else {

@@ -3,6 +3,7 @@
 //! `PAGURUS_BROKER`.
 
 mod consume;
+mod consume_group;
 mod groups;
 mod produce;
 mod serve;

@@ -369,6 +369,7 @@ async fn serve_core(
     }
     glommio::spawn_local(background_sync(Rc::clone(shard))).detach();
     glommio::spawn_local(background_retention(Rc::clone(shard))).detach();
+    glommio::spawn_local(crate::shard::coordinator::run_timers(Rc::clone(shard))).detach();
     glommio::spawn_local(crate::shard::compaction::background_compaction(Rc::clone(
         shard,
     )))

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::metrics::snapshot::CoreSnapshot;
 use crate::protocol::native::{ErrorCode, OffsetSpec};
+use crate::shard::coordinator::calls::*;
 use crate::shard::topics::TopicMeta;
 use crate::shard::{Failure, Shard};
 use crate::storage::CompactionOutcome;
@@ -233,4 +234,14 @@ mesh_calls! {
     GroupOffsets -> Vec<GroupOffset>;
     Compact -> CompactionOutcome;
     MetricsSnapshot -> Box<CoreSnapshot>;
+    // Consumer groups (shard::coordinator).
+    GroupJoin -> Joined;
+    GroupSync -> Synced;
+    GroupHeartbeat -> ();
+    GroupLeave -> Vec<Result<(), Failure>>;
+    GroupDescribe -> Option<GroupView>;
+    GroupList -> Vec<GroupListing>;
+    GroupForget -> bool;
+    GroupCheckCommit -> ();
+    OffsetsDelete -> u64;
 }

@@ -15,11 +15,14 @@
 //! - [`topics`]: topic metadata, its files, and the controller's create/delete.
 //! - [`offsets`]: consumer group offsets in 256 shards of internal logs.
 //! - [`membership`]: consumer group membership, one sans-IO state machine for every protocol.
+//! - [`coordinator`]: the groups this core coordinates, driven with real time; the group
+//!   API (join, sync, heartbeat, leave, describe, list, delete, fenced commits).
 //! - [`producers`]: idempotent producers' sequences per partition, sans-IO.
 
 pub mod admin;
 pub mod calls;
 pub mod compaction;
+pub mod coordinator;
 pub mod data;
 pub mod groups;
 pub mod membership;
@@ -146,6 +149,7 @@ pub struct Shard {
     pub shutdown: Shutdown,
     pub metrics: crate::metrics::counters::Metrics,
     pub offsets: offsets::OffsetStore,
+    pub coordinator: coordinator::Coordinator,
     topics: RefCell<HashMap<String, Rc<TopicMeta>>>,
     /// Partitions this core owns, by topic then partition number.
     partitions: RefCell<HashMap<String, Vec<Option<Rc<PartitionLog>>>>>,
@@ -164,6 +168,7 @@ impl Shard {
             shutdown: Shutdown::default(),
             metrics: Default::default(),
             offsets,
+            coordinator: Default::default(),
             topics: RefCell::new(HashMap::new()),
             partitions: RefCell::new(HashMap::new()),
             controller_lock: glommio::sync::Semaphore::new(1),
