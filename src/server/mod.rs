@@ -11,6 +11,7 @@
 pub mod connection;
 pub mod hermit;
 pub mod io;
+pub mod kafka;
 pub mod native;
 pub mod scrape;
 pub mod sendfile;
