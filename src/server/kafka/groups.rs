@@ -1,138 +1,73 @@
-//! Consumer group APIs (FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-//! OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete).
+//! Consumer group APIs, each in its own file, all on the shard's group API
+//! (`shard::coordinator`): the same groups native clients join.
 //!
-//! Until the group coordinator is wired in (`groups_*.rs` handlers), each is answered with
-//! COORDINATOR_NOT_AVAILABLE in the API's own error fields, so a client backs off and
-//! retries instead of losing its connection; ListGroups answers an empty list. Consumers
-//! that assign partitions themselves (`assign()`, no commits) never call these.
+//! - `groups_find.rs`: FindCoordinator (the group's core, as a broker).
+//! - `groups_join.rs`: JoinGroup, SyncGroup.
+//! - `groups_member.rs`: Heartbeat, LeaveGroup.
+//! - `groups_offsets.rs`: OffsetCommit (fenced by generation), OffsetFetch, OffsetDelete.
+//! - `groups_admin.rs`: ListGroups, DescribeGroups, DeleteGroups.
 
 use std::rc::Rc;
 
-use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
-use kafka_protocol::messages::describe_groups_response::DescribedGroup;
-use kafka_protocol::messages::offset_commit_response::{
-    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
-};
-use kafka_protocol::messages::offset_fetch_response::{
-    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponseTopic,
-};
-use kafka_protocol::messages::*;
-
-use super::errors::COORDINATOR_NOT_AVAILABLE;
-use super::{Conn, Pending, Reply, respond};
+use super::errors::{self, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, UNKNOWN_SERVER_ERROR};
+use super::{Conn, Pending, groups_admin, groups_find, groups_join, groups_member, groups_offsets};
 use crate::protocol::kafka::{KafkaRequest, RequestHeader};
+use crate::protocol::native::ErrorCode;
+use crate::shard::Failure;
 
-const CODE: i16 = COORDINATOR_NOT_AVAILABLE;
+pub const ILLEGAL_GENERATION: i16 = 22;
+pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
+pub const UNKNOWN_MEMBER_ID: i16 = 25;
+pub const INVALID_SESSION_TIMEOUT: i16 = 26;
+pub const REBALANCE_IN_PROGRESS: i16 = 27;
+pub const INVALID_GROUP_ID: i16 = 24;
+pub const GROUP_ID_NOT_FOUND: i16 = 69;
+pub const NON_EMPTY_GROUP: i16 = 68;
+pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
+pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 
-pub(super) fn handle(_conn: &Rc<Conn>, header: RequestHeader, request: KafkaRequest) -> Pending {
-    let h = &header;
-    let frame = match request {
-        KafkaRequest::FindCoordinator(_) => respond(
-            h,
-            &FindCoordinatorResponse::default()
-                .with_error_code(CODE)
-                .with_node_id((-1).into())
-                .with_port(-1),
-        ),
-        KafkaRequest::JoinGroup(_) => respond(
-            h,
-            &JoinGroupResponse::default()
-                .with_error_code(CODE)
-                .with_generation_id(-1),
-        ),
-        KafkaRequest::SyncGroup(_) => {
-            respond(h, &SyncGroupResponse::default().with_error_code(CODE))
-        }
-        KafkaRequest::Heartbeat(_) => {
-            respond(h, &HeartbeatResponse::default().with_error_code(CODE))
-        }
-        KafkaRequest::LeaveGroup(_) => {
-            respond(h, &LeaveGroupResponse::default().with_error_code(CODE))
-        }
-        KafkaRequest::ListGroups(_) => respond(h, &ListGroupsResponse::default()),
-        KafkaRequest::DescribeGroups(r) => {
-            let groups = r
-                .groups
-                .into_iter()
-                .map(|g| {
-                    DescribedGroup::default()
-                        .with_group_id(g)
-                        .with_error_code(CODE)
-                })
-                .collect();
-            respond(h, &DescribeGroupsResponse::default().with_groups(groups))
-        }
-        KafkaRequest::DeleteGroups(r) => {
-            let results = r
-                .groups_names
-                .into_iter()
-                .map(|g| {
-                    DeletableGroupResult::default()
-                        .with_group_id(g)
-                        .with_error_code(CODE)
-                })
-                .collect();
-            respond(h, &DeleteGroupsResponse::default().with_results(results))
-        }
-        KafkaRequest::OffsetDelete(_) => {
-            respond(h, &OffsetDeleteResponse::default().with_error_code(CODE))
-        }
-        KafkaRequest::OffsetCommit(r) => {
-            let topics = r
-                .topics
-                .into_iter()
-                .map(|t| {
-                    let partitions = t
-                        .partitions
-                        .iter()
-                        .map(|p| {
-                            OffsetCommitResponsePartition::default()
-                                .with_partition_index(p.partition_index)
-                                .with_error_code(CODE)
-                        })
-                        .collect();
-                    OffsetCommitResponseTopic::default()
-                        .with_name(t.name)
-                        .with_partitions(partitions)
-                })
-                .collect();
-            respond(h, &OffsetCommitResponse::default().with_topics(topics))
-        }
-        KafkaRequest::OffsetFetch(r) => {
-            let topics = r
-                .topics
-                .unwrap_or_default()
-                .into_iter()
-                .map(|t| {
-                    let partitions = t
-                        .partition_indexes
-                        .iter()
-                        .map(|&p| {
-                            OffsetFetchResponsePartition::default()
-                                .with_partition_index(p)
-                                .with_committed_offset(-1)
-                                .with_error_code(CODE)
-                        })
-                        .collect();
-                    OffsetFetchResponseTopic::default()
-                        .with_name(t.name)
-                        .with_partitions(partitions)
-                })
-                .collect();
-            let groups = vec![
-                OffsetFetchResponseGroup::default()
-                    .with_group_id(r.group_id.clone())
-                    .with_error_code(CODE),
-            ];
-            let mut body = OffsetFetchResponse::default().with_topics(topics);
-            if header.api_version >= 8 {
-                body = body.with_groups(groups);
-            } else if header.api_version >= 2 {
-                body = body.with_error_code(CODE);
-            }
-            respond(h, &body)
-        }
+pub(super) fn handle(conn: &Rc<Conn>, header: RequestHeader, request: KafkaRequest) -> Pending {
+    match request {
+        KafkaRequest::FindCoordinator(r) => groups_find::handle(conn, header, r),
+        KafkaRequest::JoinGroup(r) => groups_join::join(conn, header, r),
+        KafkaRequest::SyncGroup(r) => groups_join::sync(conn, header, r),
+        KafkaRequest::Heartbeat(r) => groups_member::heartbeat(conn, header, r),
+        KafkaRequest::LeaveGroup(r) => groups_member::leave(conn, header, r),
+        KafkaRequest::OffsetCommit(r) => groups_offsets::commit(conn, header, r),
+        KafkaRequest::OffsetFetch(r) => groups_offsets::fetch(conn, header, r),
+        KafkaRequest::OffsetDelete(r) => groups_offsets::delete(conn, header, r),
+        KafkaRequest::ListGroups(r) => groups_admin::list(conn, header, r),
+        KafkaRequest::DescribeGroups(r) => groups_admin::describe(conn, header, r),
+        KafkaRequest::DeleteGroups(r) => groups_admin::delete(conn, header, r),
         other => unreachable!("{:?} is dispatched to its own handler", other.api_key()),
-    };
-    Pending::Ready(Reply::frame(frame))
+    }
+}
+
+/// Kafka's code for a refused group call.
+pub(super) fn code(failure: &Failure) -> i16 {
+    match failure.code {
+        ErrorCode::None => errors::NONE,
+        ErrorCode::RebalanceInProgress => REBALANCE_IN_PROGRESS,
+        ErrorCode::UnknownMember => UNKNOWN_MEMBER_ID,
+        ErrorCode::IllegalGeneration => ILLEGAL_GENERATION,
+        ErrorCode::GroupNotEmpty => NON_EMPTY_GROUP,
+        ErrorCode::InconsistentGroupProtocol => INCONSISTENT_GROUP_PROTOCOL,
+        ErrorCode::InvalidSessionTimeout => INVALID_SESSION_TIMEOUT,
+        ErrorCode::GroupFull => GROUP_MAX_SIZE_REACHED,
+        ErrorCode::UnknownGroup => GROUP_ID_NOT_FOUND,
+        ErrorCode::Malformed => INVALID_REQUEST,
+        // The client finds the coordinator again and retries.
+        ErrorCode::ShuttingDown => COORDINATOR_NOT_AVAILABLE,
+        ErrorCode::Internal => UNKNOWN_SERVER_ERROR,
+        other => errors::from_native(other),
+    }
+}
+
+/// The code for a group name the broker refuses.
+pub(super) fn name_code(failure: &Failure) -> i16 {
+    if failure.code == ErrorCode::InvalidName {
+        INVALID_GROUP_ID
+    } else {
+        code(failure)
+    }
 }
