@@ -22,6 +22,7 @@ pub mod calls;
 pub mod compaction;
 pub mod data;
 pub mod groups;
+pub mod idempotence;
 pub mod membership;
 pub mod mesh;
 pub mod offsets;
@@ -149,6 +150,8 @@ pub struct Shard {
     topics: RefCell<HashMap<String, Rc<TopicMeta>>>,
     /// Partitions this core owns, by topic then partition number.
     partitions: RefCell<HashMap<String, Vec<Option<Rc<PartitionLog>>>>>,
+    /// Idempotent producers' state of the partitions this core owns (`idempotence`).
+    pub(crate) producers: idempotence::Producers,
     /// Serializes topic creation and deletion on the controller.
     controller_lock: glommio::sync::Semaphore,
 }
@@ -166,6 +169,7 @@ impl Shard {
             offsets,
             topics: RefCell::new(HashMap::new()),
             partitions: RefCell::new(HashMap::new()),
+            producers: Default::default(),
             controller_lock: glommio::sync::Semaphore::new(1),
         }
     }
@@ -292,6 +296,7 @@ impl Shard {
     pub(crate) fn drop_topic(&self, name: &str) {
         self.topics.borrow_mut().remove(name);
         self.partitions.borrow_mut().remove(name);
+        self.producers.forget_topic(name);
     }
 
     /// Runs a call on the core that owns the data: here, inline, or a mesh round trip.

@@ -152,6 +152,12 @@ code_enum!(
         Internal = 22,
         /// The group has committed no offset for this topic and partition.
         NoCommittedOffset = 23,
+        /// Kafka produce only: an idempotent producer's batch is not the next in sequence.
+        OutOfOrderSequence = 24,
+        /// Kafka produce only: an idempotent producer's epoch is older than the current one.
+        ProducerFenced = 25,
+        /// Kafka produce only: the partition remembers as many producers as it may.
+        ProducerLimit = 26,
     }
 );
 
