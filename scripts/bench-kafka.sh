@@ -9,8 +9,8 @@
 #
 # The Kafka side is a small confluent-kafka (librdkafka) driver, scripts/bench_kafka.py
 # (pip install confluent-kafka); p99 is from send() to the delivery report. The native side
-# is `pagurus bench` (glommio client, 4 producers, batches of 100, linger 5 ms); its p99 is
-# its produce-acknowledgement latency.
+# is `pagurus bench` (glommio client, 4 producers, batches of 100, up to 8 in flight each),
+# then a catch-up read of the same topic; its p99 is its produce-acknowledgement latency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -39,9 +39,13 @@ for round in $(seq "$ROUNDS"); do
   k=$(python3 scripts/bench_kafka.py "127.0.0.1:$PORT" "kafka-$round" "$COUNT" "$SIZE" "$PARTITIONS")
   echo "round $round kafka (confluent-kafka): $k"
   kafka+=("$k")
-  n=$("$BIN" bench --broker "127.0.0.1:$PORT" --producers 4 --consumers 1 --topics 1 \
+  p=$("$BIN" bench --broker "127.0.0.1:$PORT" --producers 4 --consumers 0 --topics 1 \
       --partitions "$PARTITIONS" --topic-prefix "native-$round" --size "$SIZE" --batch 100 \
-      --linger-ms 5 --count "$COUNT" --json --quiet 2>/dev/null | tail -1)
+      --linger-ms 5 --count "$COUNT" --warmup 0 --json --quiet 2>/dev/null | tail -1)
+  c=$("$BIN" bench --broker "127.0.0.1:$PORT" --producers 0 --consumers 1 --topics 1 \
+      --partitions "$PARTITIONS" --topic-prefix "native-$round" --from earliest \
+      --count "$COUNT" --warmup 0 --json --quiet 2>/dev/null | tail -1)
+  n=$(python3 -c 'import json,sys; p=json.loads(sys.argv[1]); c=json.loads(sys.argv[2]); print(json.dumps({"produce_msgs": p["produce"]["msgs_per_s"], "produce_p99_ms": p["produce"]["ack_latency_us"]["p99"] / 1000, "consume_msgs": c["consume"]["msgs_per_s"]}))' "$p" "$c")
   echo "round $round native (pagurus bench): $n"
   native+=("$n")
 done
@@ -52,22 +56,9 @@ cut = args.index("--")
 kafka = [json.loads(a) for a in args[:cut]]
 native = [json.loads(a) for a in args[cut + 1:]]
 med = lambda xs: statistics.median(xs)
-def find(d, *names):
-    for n in names:
-        cur = d
-        try:
-            for part in n.split("."):
-                cur = cur[part]
-            return float(cur)
-        except (KeyError, TypeError, ValueError):
-            continue
-    return float("nan")
 print("\nmedians of %d rounds" % len(kafka))
 print("%-28s %14s %14s %14s" % ("client", "produce msg/s", "produce p99 ms", "consume msg/s"))
-print("%-28s %14.0f %14.2f %14.0f" % ("confluent-kafka (Kafka API)", med([k["produce_msgs"] for k in kafka]),
-      med([k["produce_p99_ms"] for k in kafka]), med([k["consume_msgs"] for k in kafka])))
-print("%-28s %14.0f %14.2f %14.0f" % ("pagurus bench (native)",
-      med([find(n, "produce.msgs_per_s", "produce_msgs_per_s", "produce.rate") for n in native]),
-      med([find(n, "produce.ack_latency_us.p99", "ack_latency.p99_ms", "produce.p99_ms") for n in native]),
-      med([find(n, "consume.msgs_per_s", "consume_msgs_per_s", "consume.rate") for n in native])))
+for name, rounds in [("confluent-kafka (Kafka API)", kafka), ("pagurus bench (native)", native)]:
+    print("%-28s %14.0f %14.2f %14.0f" % (name, med([r["produce_msgs"] for r in rounds]),
+          med([r["produce_p99_ms"] for r in rounds]), med([r["consume_msgs"] for r in rounds])))
 PY
