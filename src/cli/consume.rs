@@ -11,7 +11,7 @@ use crate::client::blocking::Client;
 use crate::client::consume::{Batch, StartAt};
 use crate::limits::Limits;
 use crate::protocol::native::OffsetSpec;
-use crate::protocol::record::BatchHeader;
+use crate::protocol::record::{BatchFormat, BatchHeader};
 
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
@@ -191,6 +191,9 @@ impl<W: Write> Consumer<'_, W> {
             header: *header,
             bytes: batch,
         };
+        if batch.format() == BatchFormat::Kafka {
+            return self.print_kafka_batch(&batch);
+        }
         for record in batch.records() {
             if record.offset < self.next {
                 continue;
@@ -205,6 +208,30 @@ impl<W: Write> Consumer<'_, W> {
                 record.value,
             )
             .map_err(output_error)?;
+            self.printed += 1;
+            self.next = record.offset + 1;
+        }
+        Ok(())
+    }
+
+    /// Prints the records of a batch a Kafka client produced (a RecordBatch, maybe
+    /// compressed), from `self.next` on. Null keys and values print as empty.
+    fn print_kafka_batch(&mut self, batch: &Batch<'_>) -> Result<(), Stop> {
+        let records = batch
+            .kafka_records()
+            .map_err(|e| Stop::Failed(describe(&e)))?;
+        for record in records {
+            if record.offset < self.next {
+                continue;
+            }
+            if self.done() {
+                break;
+            }
+            let timestamp_ms = u64::try_from(record.timestamp_ms).unwrap_or(0);
+            let key = record.key.as_deref().unwrap_or_default();
+            let value = record.value.as_deref().unwrap_or_default();
+            self.print(record.offset, timestamp_ms, key, value)
+                .map_err(output_error)?;
             self.printed += 1;
             self.next = record.offset + 1;
         }

@@ -25,6 +25,7 @@ pub mod compaction;
 pub mod coordinator;
 pub mod data;
 pub mod groups;
+pub mod idempotence;
 pub mod membership;
 pub mod mesh;
 pub mod offsets;
@@ -153,6 +154,8 @@ pub struct Shard {
     topics: RefCell<HashMap<String, Rc<TopicMeta>>>,
     /// Partitions this core owns, by topic then partition number.
     partitions: RefCell<HashMap<String, Vec<Option<Rc<PartitionLog>>>>>,
+    /// Idempotent producers' state of the partitions this core owns (`idempotence`).
+    pub(crate) producers: idempotence::Producers,
     /// Serializes topic creation and deletion on the controller.
     controller_lock: glommio::sync::Semaphore,
 }
@@ -171,6 +174,7 @@ impl Shard {
             coordinator: Default::default(),
             topics: RefCell::new(HashMap::new()),
             partitions: RefCell::new(HashMap::new()),
+            producers: Default::default(),
             controller_lock: glommio::sync::Semaphore::new(1),
         }
     }
@@ -297,6 +301,7 @@ impl Shard {
     pub(crate) fn drop_topic(&self, name: &str) {
         self.topics.borrow_mut().remove(name);
         self.partitions.borrow_mut().remove(name);
+        self.producers.forget_topic(name);
     }
 
     /// Runs a call on the core that owns the data: here, inline, or a mesh round trip.

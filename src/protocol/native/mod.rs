@@ -157,21 +157,27 @@ code_enum!(
         Internal = 22,
         /// The group has committed no offset for this topic and partition.
         NoCommittedOffset = 23,
+        /// Kafka produce only: an idempotent producer's batch is not the next in sequence.
+        OutOfOrderSequence = 24,
+        /// Kafka produce only: an idempotent producer's epoch is older than the current one.
+        ProducerFenced = 25,
+        /// Kafka produce only: the partition remembers as many producers as it may.
+        ProducerLimit = 26,
         /// The group is rebalancing: join again (with the same member id).
-        RebalanceInProgress = 24,
+        RebalanceInProgress = 27,
         /// The group does not have this member (its session expired, or it left): join
         /// again with no member id.
-        UnknownMember = 25,
+        UnknownMember = 28,
         /// The member's generation is not the group's: join again.
-        IllegalGeneration = 26,
+        IllegalGeneration = 29,
         /// The group has members: it cannot be deleted, nor its offsets set from outside.
-        GroupNotEmpty = 27,
+        GroupNotEmpty = 30,
         /// The member's protocol type or assignors match no other member's.
-        InconsistentGroupProtocol = 28,
+        InconsistentGroupProtocol = 31,
         /// The session timeout is outside the broker's bounds.
-        InvalidSessionTimeout = 29,
+        InvalidSessionTimeout = 32,
         /// The group is at its member limit, or its coordinator at its group limit.
-        GroupFull = 30,
+        GroupFull = 33,
     }
 );
 

@@ -23,6 +23,8 @@ pub const UNSUPPORTED_FOR_MESSAGE_FORMAT: i16 = 43;
 pub const POLICY_VIOLATION: i16 = 44;
 pub const INVALID_CONFIG: i16 = 40;
 pub const KAFKA_STORAGE_ERROR: i16 = 56;
+pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
+pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 pub const INVALID_RECORD: i16 = 87;
 
@@ -44,6 +46,9 @@ pub fn from_native(code: ErrorCode) -> i16 {
         // The client retries elsewhere after refreshing its metadata.
         ErrorCode::ShuttingDown | ErrorCode::Fenced => NOT_LEADER_OR_FOLLOWER,
         ErrorCode::UnknownGroup => COORDINATOR_NOT_AVAILABLE,
+        ErrorCode::OutOfOrderSequence => OUT_OF_ORDER_SEQUENCE_NUMBER,
+        ErrorCode::ProducerFenced => INVALID_PRODUCER_EPOCH,
+        ErrorCode::ProducerLimit => POLICY_VIOLATION,
         _ => UNKNOWN_SERVER_ERROR,
     }
 }

@@ -30,7 +30,8 @@ pub(super) fn handle(
                 let answer = ListOffsetsPartitionResponse::default()
                     .with_partition_index(p.partition_index)
                     .with_timestamp(-1)
-                    .with_leader_epoch(0);
+                    // v4+ only; -1 (unknown) is the default every version can carry.
+                    .with_leader_epoch(if header.api_version >= 4 { 0 } else { -1 });
                 let code_or_offset =
                     list(&conn, topic.name.0.as_str(), p.partition_index, p.timestamp).await;
                 partitions.push(match code_or_offset {

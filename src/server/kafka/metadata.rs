@@ -116,7 +116,8 @@ async fn metadata(
                             errors::UNKNOWN_TOPIC_OR_PARTITION
                         })
                         .with_leader_id(leader)
-                        .with_leader_epoch(0)
+                        // v7+ only; -1 (unknown) is what older versions imply.
+                        .with_leader_epoch(if header.api_version >= 7 { 0 } else { -1 })
                         .with_replica_nodes(vec![leader])
                         .with_isr_nodes(vec![leader])
                 })

@@ -23,6 +23,8 @@ use crate::protocol::native::ProduceBatches;
 use crate::protocol::record;
 use crate::shard::Failure;
 use crate::shard::data::{Batches, ProduceInFlight};
+use crate::shard::idempotence::IdempotentBatch;
+use crate::shard::producers::ProducerBatch;
 
 /// One partition's produce, started or refused.
 enum Started {
@@ -133,30 +135,33 @@ async fn start_partition(conn: &Conn, topic: &TopicName, index: i32, records: &[
             ),
         );
     }
-    let pairs = match stored_batches(conn, records) {
-        Ok(pairs) => pairs,
+    let (pairs, count, producers) = match stored_batches(conn, records) {
+        Ok(stored) => stored,
         Err((code, message)) => {
             Metrics::inc(&shard.metrics.bad_batches);
             return Started::Refused(code, message);
         }
     };
     let limits = shard.config.log.limits;
-    let batches = ProduceBatches::from_validated(pairs.1, &pairs.0, limits);
-    match shard
-        .start_produce(name, partition, Batches::Checked(batches))
-        .await
-    {
+    let batches = ProduceBatches::from_validated(count, &pairs, limits);
+    let batches = Batches::Kafka {
+        batches,
+        producers: &producers,
+    };
+    match shard.start_produce(name, partition, batches).await {
         Ok(in_flight) => Started::InFlight(in_flight),
         Err(Failure { code, message, .. }) => Started::Refused(errors::from_native(code), message),
     }
 }
 
 /// The partition's RecordBatches as pagurus batches: `(crc, batch)` pairs as a native
-/// produce carries them, and their count. Every batch is checked before any is kept.
-fn stored_batches(conn: &Conn, records: &[u8]) -> Result<(Vec<u8>, u32), (i16, String)> {
+/// produce carries them, their count, and each one's idempotence fields when the producer
+/// is idempotent. Every batch is checked before any is kept.
+fn stored_batches(conn: &Conn, records: &[u8]) -> Result<Stored, (i16, String)> {
     let limits = conn.shard.config.log.limits;
     let mut pairs = Vec::with_capacity(records.len() + records.len() / 8 + 64);
     let mut count = 0u32;
+    let mut producers = Vec::new();
     if records.is_empty() {
         return Err((CORRUPT_MESSAGE, "no record batch".into()));
     }
@@ -174,6 +179,17 @@ fn stored_batches(conn: &Conn, records: &[u8]) -> Result<(Vec<u8>, u32), (i16, S
                 "transactional and control batches are not supported".into(),
             ));
         }
+        if info.idempotent() {
+            producers.push(IdempotentBatch {
+                producer: ProducerBatch {
+                    producer_id: info.producer_id,
+                    epoch: info.producer_epoch,
+                    first_sequence: info.base_sequence,
+                    last_sequence: info.last_sequence(),
+                },
+                offsets: info.offsets(),
+            });
+        }
         let at = pairs.len();
         pairs.extend_from_slice(&[0; 4]);
         let mut header = [0u8; record::HEADER_LEN];
@@ -184,5 +200,14 @@ fn stored_batches(conn: &Conn, records: &[u8]) -> Result<(Vec<u8>, u32), (i16, S
         pairs[at..at + 4].copy_from_slice(&crc.to_be_bytes());
         count += 1;
     }
-    Ok((pairs, count))
+    if !producers.is_empty() && producers.len() != count as usize {
+        return Err((
+            INVALID_RECORD,
+            "idempotent and plain batches mixed in one partition".into(),
+        ));
+    }
+    Ok((pairs, count, producers))
 }
+
+/// `(crc, batch)` pairs, their count, and the idempotence fields of each (or none).
+type Stored = (Vec<u8>, u32, Vec<IdempotentBatch>);

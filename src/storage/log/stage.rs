@@ -229,6 +229,17 @@ impl PartitionLog {
         }
     }
 
+    /// A ticket for batches staged earlier (`base_offset..end_offset`): committing it waits
+    /// until they are acknowledged. For an idempotent producer's retry, answered with the
+    /// original batch's offsets once that batch is durable.
+    pub fn ticket_for_staged(&self, base_offset: u64, end_offset: u64) -> Ticket {
+        Ticket {
+            base_offset,
+            end_offset,
+            epoch: self.state.borrow().rollbacks.epoch(),
+        }
+    }
+
     /// True when a staged batch is acknowledged (an error if it never will be).
     pub fn is_committed(&self, ticket: &Ticket) -> Result<bool, StorageError> {
         self.ticket_done(ticket)
