@@ -256,11 +256,21 @@ fn group_lag_falls_to_zero() {
         .lines()
         .map(|l| l.split_whitespace().collect())
         .collect();
+    // The consumer left: no members.
+    assert!(out.starts_with("group g1: Empty"), "{out}");
     assert_eq!(
-        rows[0],
-        ["TOPIC", "PARTITION", "COMMITTED", "LOG", "END", "LAG"]
+        rows[1],
+        [
+            "TOPIC",
+            "PARTITION",
+            "COMMITTED",
+            "LOG",
+            "END",
+            "LAG",
+            "MEMBER"
+        ]
     );
-    assert_eq!(rows[1..], [["work", "0", "4", "10", "6"]]);
+    assert_eq!(rows[2..], [["work", "0", "4", "10", "6", "-"]]);
 
     // Resumes at the committed offset and catches up.
     let (out, _) = ok(&broker, &[&consume[..], &["--exit-at-end"]].concat(), b"");
@@ -271,7 +281,7 @@ fn group_lag_falls_to_zero() {
         .lines()
         .map(|l| l.split_whitespace().collect())
         .collect();
-    assert_eq!(rows[1..], [["work", "0", "10", "10", "0"]]);
+    assert_eq!(rows[2..], [["work", "0", "10", "10", "0", "-"]]);
     // Nothing left for the group.
     let (out, _) = ok(&broker, &[&consume[..], &["--exit-at-end"]].concat(), b"");
     assert_eq!(out, "");

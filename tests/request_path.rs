@@ -200,7 +200,7 @@ fn metadata_and_describe_group_cover_every_core() {
             partition_owner("wide", partition as u32, 2)
         );
     }
-    let described = client.describe_group("grp").unwrap();
+    let described = client.describe_group("grp").unwrap().partitions;
     assert_eq!(described.len(), 8);
     for p in described {
         assert_eq!(p.log_end_offset, u64::from(p.partition) + 1);

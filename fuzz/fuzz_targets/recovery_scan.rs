@@ -168,6 +168,7 @@ fn built(input: &mut Input<'_>, limits: &Limits) {
             length: bytes.len() as u32,
             records: header.records() as u32,
             crc: record::batch_crc(&bytes),
+            format: record::format_of(&bytes, &header),
         };
         wal.extend_from_slice(&bytes);
         offset = this.checked_add(header.records());

@@ -1,6 +1,6 @@
 //! `pagurus consume`: prints the records of one partition, or of every partition of the
-//! topic, one per line (or as `--format` says), optionally as a consumer group that resumes
-//! from, and commits, its offset in each partition.
+//! topic, one per line (or as `--format` says); with `--group`, of the partitions the group
+//! gives this member (`consume_group`).
 
 use std::io::Write;
 use std::time::Duration;
@@ -13,26 +13,31 @@ use crate::client::blocking::Client;
 use crate::client::consume::{Batch, StartAt};
 use crate::limits::Limits;
 use crate::protocol::native::{ErrorCode, OffsetSpec};
-use crate::protocol::record::BatchHeader;
+use crate::protocol::record::{BatchFormat, BatchHeader};
 
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
     /// Topic to read (it must exist).
     #[arg(long)]
     pub topic: String,
-    /// Partition to read; every partition of the topic if not given (in turns, a fetch
-    /// each).
-    #[arg(long)]
+    /// Partition to read (without --group); every partition of the topic if not given (in
+    /// turns, a fetch each).
+    #[arg(long, conflicts_with = "group")]
     pub partition: Option<u32>,
-    /// Consumer group: start each partition at its committed offset (unless --from says
-    /// otherwise) and commit the next offset after every fetch and at exit.
+    /// Consumer group: join it and read the partitions of the topic the broker assigns
+    /// this member (all of them when alone), each from the group's committed offset;
+    /// commit after every fetch and at exit; take over partitions as members come and go.
     #[arg(long)]
     pub group: Option<String>,
     /// Where to start: earliest, latest, an offset, or @TIMESTAMP_MS (the first batch stored
-    /// at or after that time, in ms since the Unix epoch). Default: the group's committed
-    /// offset with --group (earliest if it has none), earliest without.
+    /// at or after that time, in ms since the Unix epoch). Default: earliest. With --group:
+    /// where partitions with no committed offset start (earliest or latest).
     #[arg(long)]
     pub from: Option<StartAt>,
+    /// With --group: the member is removed (and its partitions given to the others) when
+    /// the broker hears nothing from it for this long, in ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub session_timeout_ms: u32,
     /// Stop after printing this many records.
     #[arg(long)]
     pub count: Option<u64>,
@@ -65,6 +70,9 @@ pub struct ConsumeArgs {
 const IDLE_TURN: Duration = Duration::from_millis(100);
 
 pub fn run(args: ConsumeArgs) -> Result<(), String> {
+    if let Some(group) = &args.group {
+        return super::consume_group::run(&args, group);
+    }
     let wait_ms = if args.exit_at_end { 0 } else { args.wait_ms };
     let mut client = args.target.connect(Duration::from_millis(wait_ms.into()))?;
     let partitions = match args.partition {
@@ -83,13 +91,8 @@ pub fn run(args: ConsumeArgs) -> Result<(), String> {
         printed: 0,
     };
     match consumer.consume(wait_ms) {
-        Err(Stop::OutputClosed) => Ok(()),
-        Err(Stop::Failed(e)) => {
-            // Keep what was printed: commit it before reporting the error.
-            let _ = consumer.commit();
-            Err(e)
-        }
-        Ok(()) => consumer.commit(),
+        Err(Stop::OutputClosed) | Ok(()) => Ok(()),
+        Err(Stop::Failed(e)) => Err(e),
     }
 }
 
@@ -112,40 +115,27 @@ fn all_partitions(client: &mut Client, topic: &str) -> Result<Vec<u32>, String> 
 /// Where the consumer is in one partition.
 struct Cursor {
     partition: u32,
-    /// Offset the consumer started at.
-    start: u64,
     /// Offset of the next record to print.
     next: u64,
-    /// Offset last committed for the group (or found committed at the start).
-    committed: Option<u64>,
     /// Whether the last fetch reached the high watermark.
     caught_up: bool,
 }
 
 impl Cursor {
     fn start(client: &mut Client, args: &ConsumeArgs, partition: u32) -> Result<Cursor, String> {
-        let committed = match &args.group {
-            Some(group) => client
-                .fetch_offset(group, &args.topic, partition)
-                .map_err(|e| format!("reading the offset of group {group}: {}", describe(&e)))?,
-            None => None,
-        };
         // Asked first in every case: it fails for a topic that does not exist, where a
         // fetch would create it.
         let earliest = list_offset(client, args, partition, OffsetSpec::Earliest)?;
-        let start = match (args.from, committed) {
-            (None, Some(offset)) => offset,
-            (Some(StartAt::Earliest) | None, _) => earliest,
-            (Some(at), _) => match at.spec().map_err(|e| describe(&e))? {
+        let start = match args.from {
+            None | Some(StartAt::Earliest) => earliest,
+            Some(at) => match at.spec().map_err(|e| describe(&e))? {
                 Err(offset) => offset,
                 Ok(spec) => list_offset(client, args, partition, spec)?,
             },
         };
         Ok(Cursor {
             partition,
-            start,
             next: start,
-            committed,
             caught_up: false,
         })
     }
@@ -169,7 +159,7 @@ fn list_offset(
 }
 
 /// Why consuming stopped early.
-enum Stop {
+pub(super) enum Stop {
     /// Whoever reads stdout went away (e.g. `| head`): a normal end.
     OutputClosed,
     Failed(String),
@@ -216,7 +206,6 @@ impl<W: Write> Consumer<'_, W> {
                 }
             }
             self.out.flush().map_err(output_error)?;
-            self.commit()?;
             if self.args.exit_at_end && self.cursors.iter().all(|c| c.caught_up) {
                 break;
             }
@@ -270,65 +259,92 @@ impl<W: Write> Consumer<'_, W> {
     }
 
     /// Prints the records of a batch from the cursor's next offset on, until `--count` is
-    /// reached. A payload in another encoding (e.g. from a HermitMQ client) is one record.
+    /// reached.
     fn print_batch(&mut self, i: usize, batch: &[u8], header: &BatchHeader) -> Result<(), Stop> {
-        let batch = Batch {
-            header: *header,
-            bytes: batch,
+        let budget = self.args.count.map(|count| count - self.printed);
+        let cursor = &mut self.cursors[i];
+        let at = Position {
+            topic: &self.args.topic,
+            partition: cursor.partition,
+            from: cursor.next,
         };
-        for record in batch.records() {
-            if record.offset < self.cursors[i].next {
-                continue;
-            }
-            if self.done() {
-                break;
-            }
-            let printed = Record {
-                topic: &self.args.topic,
-                partition: self.cursors[i].partition,
-                offset: record.offset,
-                timestamp_ms: record.timestamp_ns / 1_000_000,
-                key: record.key,
-                value: record.value,
-            };
-            self.args
-                .format
-                .write(&mut self.out, &printed)
-                .map_err(output_error)?;
-            self.printed += 1;
-            self.cursors[i].next = record.offset + 1;
-        }
-        Ok(())
-    }
-
-    /// Commits the next offset of each partition for the group, if there is a group and
-    /// the consumer moved past where it started.
-    fn commit(&mut self) -> Result<(), String> {
-        let Some(group) = &self.args.group else {
-            return Ok(());
-        };
-        for cursor in &mut self.cursors {
-            if cursor.next == cursor.start || cursor.committed == Some(cursor.next) {
-                continue;
-            }
-            self.client
-                .commit_offset(group, &self.args.topic, cursor.partition, cursor.next)
-                .map_err(|e| {
-                    format!(
-                        "committing offset {} of {}/{} for group {group}: {}",
-                        cursor.next,
-                        self.args.topic,
-                        cursor.partition,
-                        describe(&e)
-                    )
-                })?;
-            cursor.committed = Some(cursor.next);
-        }
+        let (next, written) =
+            write_batch(&mut self.out, &self.args.format, at, batch, header, budget)?;
+        cursor.next = next;
+        self.printed += written;
         Ok(())
     }
 }
 
-fn output_error(e: std::io::Error) -> Stop {
+/// Where a consumer is in the partition a batch came from.
+pub(super) struct Position<'a> {
+    pub topic: &'a str,
+    pub partition: u32,
+    /// Offset of the next record to print: records before it are skipped.
+    pub from: u64,
+}
+
+/// Writes the records of one fetched batch from `at.from` on, at most `budget` of them.
+/// Returns the offset after the last record written (`at.from` if none) and how many were
+/// written. A batch a Kafka client produced is a RecordBatch, decoded (and decompressed);
+/// a payload in another encoding (e.g. from a HermitMQ client) is one record.
+pub(super) fn write_batch(
+    out: &mut impl Write,
+    format: &Format,
+    at: Position<'_>,
+    bytes: &[u8],
+    header: &BatchHeader,
+    budget: Option<u64>,
+) -> Result<(u64, u64), Stop> {
+    let batch = Batch {
+        header: *header,
+        bytes,
+    };
+    let kafka;
+    // (offset, timestamp in ms, key, value)
+    let records: Vec<(u64, u64, &[u8], &[u8])> = if batch.format() == BatchFormat::Kafka {
+        kafka = batch
+            .kafka_records()
+            .map_err(|e| Stop::Failed(describe(&e)))?;
+        kafka
+            .iter()
+            .map(|r| {
+                let timestamp_ms = u64::try_from(r.timestamp_ms).unwrap_or(0);
+                let key = r.key.as_deref().unwrap_or_default();
+                let value = r.value.as_deref().unwrap_or_default();
+                (r.offset, timestamp_ms, key, value)
+            })
+            .collect()
+    } else {
+        batch
+            .records()
+            .map(|r| (r.offset, r.timestamp_ns / 1_000_000, r.key, r.value))
+            .collect()
+    };
+    let (mut next, mut written) = (at.from, 0u64);
+    for (offset, timestamp_ms, key, value) in records {
+        if offset < at.from {
+            continue;
+        }
+        if budget.is_some_and(|budget| written >= budget) {
+            break;
+        }
+        let record = Record {
+            topic: at.topic,
+            partition: at.partition,
+            offset,
+            timestamp_ms,
+            key,
+            value,
+        };
+        format.write(out, &record).map_err(output_error)?;
+        written += 1;
+        next = offset + 1;
+    }
+    Ok((next, written))
+}
+
+pub(super) fn output_error(e: std::io::Error) -> Stop {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
         Stop::OutputClosed
     } else {

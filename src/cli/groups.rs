@@ -1,10 +1,12 @@
-//! `pagurus groups list|describe`.
+//! `pagurus groups list|describe|delete|reset-offsets`.
 
 use clap::{Args, Subcommand};
-
 use serde_json::json;
 
 use crate::cli::{BrokerArgs, Output, describe, print_json, print_out, table};
+use crate::client::blocking::Client;
+use crate::client::consume::StartAt;
+use crate::protocol::native::GroupDescription;
 
 #[derive(Debug, Args)]
 pub struct GroupsArgs {
@@ -16,20 +18,40 @@ pub struct GroupsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum GroupsCommand {
-    /// Print the name of every group with a committed offset, one per line.
+    /// Print the name of every group (with members or committed offsets), one per line.
     List {
         /// text, or json: one JSON document, for scripts.
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
     },
-    /// Print, per topic and partition, the group's committed offset, the log end offset
-    /// (high watermark) and the lag between them.
+    /// Print the group's state, generation and members with their partitions, then per
+    /// topic and partition its committed offset, the log end offset (high watermark), the
+    /// lag between them and the member that reads it.
     Describe {
         /// Consumer group.
         group: String,
         /// text, or json: one JSON document, for scripts.
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
+    },
+    /// Delete a group with no members, and its committed offsets.
+    Delete {
+        /// Consumer group.
+        group: String,
+    },
+    /// Set the group's committed offsets of a topic (refused while the group has members).
+    ResetOffsets {
+        /// Consumer group.
+        group: String,
+        /// Topic whose offsets are set.
+        #[arg(long)]
+        topic: String,
+        /// Only this partition (default: every partition of the topic).
+        #[arg(long)]
+        partition: Option<u32>,
+        /// earliest, latest, an offset, or @TIMESTAMP_MS.
+        #[arg(long)]
+        to: StartAt,
     },
 }
 
@@ -52,42 +74,191 @@ pub fn run(args: GroupsArgs) -> Result<(), String> {
             }
         }
         GroupsCommand::Describe { group, output } => {
-            let mut partitions = client
+            let mut described = client
                 .describe_group(&group)
                 .map_err(|e| format!("describing group {group}: {}", describe(&e)))?;
-            partitions.sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
-            if output == Output::Json {
-                let rows: Vec<_> = partitions
-                    .iter()
-                    .map(|p| {
-                        json!({
-                            "topic": p.topic,
-                            "partition": p.partition,
-                            "committed_offset": p.committed_offset,
-                            "log_end_offset": p.log_end_offset,
-                            "lag": p.lag,
-                        })
-                    })
-                    .collect();
-                return print_json(&json!({ "group": group, "partitions": rows }));
+            described
+                .partitions
+                .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
+            match output {
+                Output::Text => print_out(&describe_text(&group, &described))?,
+                Output::Json => print_json(&describe_json(&group, &described))?,
             }
-            let rows: Vec<Vec<String>> = partitions
-                .iter()
-                .map(|p| {
-                    vec![
-                        p.topic.clone(),
-                        p.partition.to_string(),
-                        p.committed_offset.to_string(),
-                        p.log_end_offset.to_string(),
-                        p.lag.to_string(),
-                    ]
-                })
-                .collect();
-            print_out(&table(
-                &["TOPIC", "PARTITION", "COMMITTED", "LOG END", "LAG"],
-                &rows,
-            ))?;
         }
+        GroupsCommand::Delete { group } => {
+            client
+                .delete_group(&group)
+                .map_err(|e| format!("deleting group {group}: {}", describe(&e)))?;
+            print_out(&format!("deleted group {group}\n"))?;
+        }
+        GroupsCommand::ResetOffsets {
+            group,
+            topic,
+            partition,
+            to,
+        } => reset_offsets(&mut client, &group, &topic, partition, to)?,
     }
     Ok(())
+}
+
+/// The member of the group that reads a partition, if any.
+fn reader_of<'d>(described: &'d GroupDescription, topic: &str, partition: u32) -> Option<&'d str> {
+    described
+        .members
+        .iter()
+        .find(|m| {
+            m.partitions
+                .iter()
+                .any(|(t, p)| t == topic && *p == partition)
+        })
+        .map(|m| m.member_id.as_str())
+}
+
+fn describe_json(group: &str, described: &GroupDescription) -> serde_json::Value {
+    let members: Vec<_> = described
+        .members
+        .iter()
+        .map(|m| {
+            let partitions: Vec<_> = m
+                .partitions
+                .iter()
+                .map(|(t, p)| json!({ "topic": t, "partition": p }))
+                .collect();
+            json!({ "member_id": m.member_id, "client_id": m.client_id, "partitions": partitions })
+        })
+        .collect();
+    let partitions: Vec<_> = described
+        .partitions
+        .iter()
+        .map(|p| {
+            json!({
+                "topic": p.topic,
+                "partition": p.partition,
+                "committed_offset": p.committed_offset,
+                "log_end_offset": p.log_end_offset,
+                "lag": p.lag,
+                "member": reader_of(described, &p.topic, p.partition),
+            })
+        })
+        .collect();
+    json!({
+        "group": group,
+        "state": described.state.to_string(),
+        "generation": described.generation,
+        "members": members,
+        "partitions": partitions,
+    })
+}
+
+fn describe_text(group: &str, described: &GroupDescription) -> String {
+    let mut text = format!(
+        "group {group}: {} generation {} ({} members)\n",
+        described.state,
+        described.generation,
+        described.members.len()
+    );
+    if !described.members.is_empty() {
+        let rows: Vec<Vec<String>> = described
+            .members
+            .iter()
+            .map(|m| {
+                let partitions: Vec<String> = m
+                    .partitions
+                    .iter()
+                    .map(|(t, p)| format!("{t}/{p}"))
+                    .collect();
+                vec![
+                    m.member_id.clone(),
+                    m.client_id.clone(),
+                    partitions.join(","),
+                ]
+            })
+            .collect();
+        text.push_str(&table(&["MEMBER", "CLIENT", "PARTITIONS"], &rows));
+    }
+    let reader = |topic: &str, partition: u32| {
+        reader_of(described, topic, partition)
+            .unwrap_or("-")
+            .to_string()
+    };
+    let rows: Vec<Vec<String>> = described
+        .partitions
+        .iter()
+        .map(|p| {
+            vec![
+                p.topic.clone(),
+                p.partition.to_string(),
+                p.committed_offset.to_string(),
+                p.log_end_offset.to_string(),
+                p.lag.to_string(),
+                reader(&p.topic, p.partition),
+            ]
+        })
+        .collect();
+    text.push_str(&table(
+        &[
+            "TOPIC",
+            "PARTITION",
+            "COMMITTED",
+            "LOG END",
+            "LAG",
+            "MEMBER",
+        ],
+        &rows,
+    ));
+    text
+}
+
+fn reset_offsets(
+    client: &mut Client,
+    group: &str,
+    topic: &str,
+    partition: Option<u32>,
+    to: StartAt,
+) -> Result<(), String> {
+    let metadata = client
+        .metadata(&[topic])
+        .map_err(|e| format!("reading topic {topic}: {}", describe(&e)))?;
+    let count = metadata
+        .topics
+        .iter()
+        .find(|t| t.name == topic && t.error == 0)
+        .map(|t| t.partitions.len() as u32)
+        .ok_or_else(|| format!("topic {topic} does not exist"))?;
+    let partitions: Vec<u32> = match partition {
+        Some(p) if p >= count => {
+            return Err(format!(
+                "topic {topic} has {count} partitions; {p} does not exist"
+            ));
+        }
+        Some(p) => vec![p],
+        None => (0..count).collect(),
+    };
+    let spec = to.spec().map_err(|e| describe(&e))?;
+    let mut rows = Vec::new();
+    for partition in partitions {
+        let offset = match spec {
+            Err(offset) => offset,
+            Ok(spec) => client.list_offsets(topic, partition, spec).map_err(|e| {
+                format!(
+                    "finding the offset of {topic}/{partition}: {}",
+                    describe(&e)
+                )
+            })?,
+        };
+        client
+            .commit_offset(group, topic, partition, offset)
+            .map_err(|e| {
+                format!(
+                    "setting {topic}/{partition} of group {group}: {}",
+                    describe(&e)
+                )
+            })?;
+        rows.push(vec![
+            topic.to_string(),
+            partition.to_string(),
+            offset.to_string(),
+        ]);
+    }
+    print_out(&table(&["TOPIC", "PARTITION", "COMMITTED"], &rows))
 }

@@ -3,6 +3,7 @@
 //! `PAGURUS_BROKER`, or from the client configuration file ([`profile`]).
 
 mod consume;
+mod consume_group;
 mod format;
 mod groups;
 mod produce;

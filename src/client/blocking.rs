@@ -16,12 +16,15 @@ use crate::client::produce::ProduceFrame;
 use crate::client::session::{self, Reply, Session, check_broker_preface};
 use crate::limits::Limits;
 use crate::protocol::native::{
-    self, ErrorCode, MetadataResponse, OffsetSpec, ProduceBatches, Request, ResponseHeader,
-    TopicSettings,
+    self, ErrorCode, GroupDescription, JoinGroup, JoinedGroup, MetadataResponse, OffsetSpec,
+    ProduceBatches, Request, ResponseHeader, TopicSettings,
 };
 use crate::protocol::record::BatchHeader;
 
 pub use crate::client::session::RESPONSE_BYTES_MAX;
+
+mod group;
+pub use group::{GroupConsumer, GroupFetch};
 
 /// Batches returned by a fetch, each checked against its CRC.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -389,14 +392,67 @@ impl Client {
         self.reply().groups()
     }
 
-    /// Per partition: committed offset, log end offset, lag.
-    pub fn describe_group(
-        &mut self,
-        group: &str,
-    ) -> Result<Vec<native::GroupPartition>, ClientError> {
+    /// The group's state and members, and per partition its committed offset, log end
+    /// offset and lag.
+    pub fn describe_group(&mut self, group: &str) -> Result<GroupDescription, ClientError> {
         self.call(&Request::DescribeGroup {
             group: group.as_bytes(),
         })?;
         self.reply().group()
+    }
+
+    /// Joins a group whose partitions the broker assigns; answers once the member has its
+    /// generation and partitions (up to the rebalance timeout: the read timeout must be
+    /// longer).
+    pub fn join_group(&mut self, join: &JoinGroup<'_>) -> Result<JoinedGroup, ClientError> {
+        self.call(&Request::JoinGroup(join.clone()))?;
+        self.reply().joined()
+    }
+
+    pub fn heartbeat(
+        &mut self,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+    ) -> Result<(), ClientError> {
+        self.call(&Request::Heartbeat {
+            group: group.as_bytes(),
+            member_id: member_id.as_bytes(),
+            generation,
+        })
+    }
+
+    pub fn leave_group(&mut self, group: &str, member_id: &str) -> Result<(), ClientError> {
+        self.call(&Request::LeaveGroup {
+            group: group.as_bytes(),
+            member_id: member_id.as_bytes(),
+        })
+    }
+
+    /// Commits as a member of `generation` (refused for another generation or a member
+    /// the group no longer has).
+    pub fn commit_group_offset(
+        &mut self,
+        member: (&str, &str, i32),
+        topic: &str,
+        partition: u32,
+        offset: u64,
+    ) -> Result<(), ClientError> {
+        let (group, member_id, generation) = member;
+        self.call(&Request::CommitGroupOffset {
+            group: group.as_bytes(),
+            member_id: member_id.as_bytes(),
+            generation,
+            topic: topic.as_bytes(),
+            partition,
+            offset,
+        })
+    }
+
+    /// Deletes an empty group and its offsets.
+    pub fn delete_group(&mut self, group: &str) -> Result<(), ClientError> {
+        self.call(&Request::DeleteGroup {
+            group: group.as_bytes(),
+        })
     }
 }

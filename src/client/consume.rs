@@ -147,6 +147,17 @@ pub struct Batch<'a> {
     pub bytes: &'a [u8],
 }
 
+/// A record decoded from a stored Kafka RecordBatch (which may have been compressed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaRecord {
+    pub offset: u64,
+    pub timestamp_ms: i64,
+    /// `None` for a null key.
+    pub key: Option<bytes::Bytes>,
+    /// `None` for a null value (a tombstone).
+    pub value: Option<bytes::Bytes>,
+}
+
 /// A logical record and where it sits in the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Record<'a> {
@@ -168,6 +179,35 @@ impl<'a> Batch<'a> {
 
     pub fn next_offset(&self) -> u64 {
         self.header.offset + self.header.records()
+    }
+
+    /// What the payload is: a Kafka RecordBatch (produced by a Kafka client) or records in
+    /// the native packing. The same rule the broker's index uses (`record::format_of`).
+    pub fn format(&self) -> record::BatchFormat {
+        record::format_of(self.bytes, &self.header)
+    }
+
+    /// The records of a Kafka-format batch, decompressed (gzip, snappy, lz4, zstd) with
+    /// the `kafka-protocol` crate's record decoding.
+    pub fn kafka_records(&self) -> Result<Vec<KafkaRecord>, ClientError> {
+        let mut payload = bytes::Bytes::copy_from_slice(self.payload());
+        let set =
+            kafka_protocol::records::RecordBatchDecoder::decode(&mut payload).map_err(|e| {
+                ClientError::Protocol(format!(
+                    "Kafka record batch at offset {}: {e}",
+                    self.header.offset
+                ))
+            })?;
+        Ok(set
+            .records
+            .into_iter()
+            .map(|r| KafkaRecord {
+                offset: u64::try_from(r.offset).unwrap_or(0),
+                timestamp_ms: r.timestamp,
+                key: r.key,
+                value: r.value,
+            })
+            .collect())
     }
 
     /// The logical records, offset by offset. A payload that is not exactly `record_count`

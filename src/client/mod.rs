@@ -8,7 +8,8 @@
 //!   linger time, CRC32C per batch, the key-hash partitioner;
 //! - [`consume`]: fetch answers checked batch by batch against their CRCs, the logical
 //!   records inside a batch, start points (earliest, latest, offset, timestamp);
-//! - [`routing`]: shard-aware routing, from metadata to the owner core's port.
+//! - [`routing`]: shard-aware routing, from metadata to the owner core's port;
+//! - [`group`]: a native group member's logic (join, heartbeat, rejoin, positions).
 //!
 //! Two drivers run it over sockets:
 //!
@@ -21,6 +22,7 @@
 pub mod blocking;
 pub mod consume;
 pub mod glommio;
+pub mod group;
 pub mod produce;
 pub mod routing;
 pub mod session;

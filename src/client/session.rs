@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use crate::client::ClientError;
 use crate::protocol::native::{
-    self, ErrorCode, GroupPartition, MetadataResponse, Request, ResponseHeader,
+    self, ErrorCode, GroupDescription, MetadataResponse, Request, ResponseHeader,
 };
 
 /// Largest response frame a client accepts (a fetch answers at most 64 MiB plus a batch).
@@ -175,8 +175,12 @@ impl<B: AsRef<[u8]>> Reply<B> {
         native::decode_list_groups_response(self.body()?).map_err(protocol)
     }
 
-    pub fn group(&self) -> Result<Vec<GroupPartition>, ClientError> {
+    pub fn group(&self) -> Result<GroupDescription, ClientError> {
         native::decode_describe_group_response(self.body()?).map_err(protocol)
+    }
+
+    pub fn joined(&self) -> Result<native::JoinedGroup, ClientError> {
+        native::decode_join_group_response(self.body()?).map_err(protocol)
     }
 
     /// A fetch answer, every batch checked against its CRC.

@@ -46,6 +46,12 @@ counters!(
     topic_limit_hits,
     /// Connections closed because the first byte named no protocol pagurus speaks.
     unknown_protocols,
+    /// Kafka requests received.
+    kafka_requests,
+    /// Kafka requests for an API or version pagurus does not serve (answered UNSUPPORTED_VERSION).
+    kafka_unsupported,
+    /// Native batches converted to RecordBatches for Kafka fetches.
+    kafka_batches_converted,
     /// Batches appended on this core.
     batches_in,
     /// Records appended on this core.

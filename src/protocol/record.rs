@@ -19,6 +19,30 @@ const KEY_LEN_AT: usize = 17;
 const PAYLOAD_LEN_AT: usize = 21;
 const RECORD_COUNT_AT: usize = 25;
 
+/// What a stored batch's payload is, recorded in its index entry so readers know without
+/// reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BatchFormat {
+    /// Records in whatever packing the producer chose (native and HermitMQ clients).
+    #[default]
+    Native,
+    /// One Kafka RecordBatch v2, stored as a Kafka producer sent it (`docs/KAFKA.md`):
+    /// empty key, and the payload is exactly one RecordBatch with a valid CRC.
+    Kafka,
+}
+
+/// The format of a checked batch: Kafka when its key is empty and its payload is exactly
+/// one valid RecordBatch v2 (so a recovery scan finds the same format staging recorded).
+pub fn format_of(batch: &[u8], header: &BatchHeader) -> BatchFormat {
+    if header.key_len == 0
+        && crate::protocol::kafka::batch::is_whole_batch(payload_of(batch, header))
+    {
+        BatchFormat::Kafka
+    } else {
+        BatchFormat::Native
+    }
+}
+
 /// Why a batch could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RecordError {

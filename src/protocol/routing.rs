@@ -37,6 +37,12 @@ pub fn partition_owner(topic: &str, partition: u32, cores: usize) -> usize {
     (hash as usize) % cores.max(1)
 }
 
+/// The core that coordinates consumer group `group`: `fnv1a32(group) % cores`. Every
+/// front-end names it (Kafka's FindCoordinator); the shard routes group calls to it.
+pub fn group_coordinator(group: &str, cores: usize) -> usize {
+    (fnv1a32(group.as_bytes()) as usize) % cores.max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

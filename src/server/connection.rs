@@ -14,7 +14,7 @@ use tracing::{debug, warn};
 
 use crate::metrics::counters::Metrics;
 use crate::server::io::read_exact;
-use crate::server::{hermit, native};
+use crate::server::{hermit, kafka, native};
 use crate::shard::Shard;
 
 /// A slot under the broker-wide connection limit, given back on drop.
@@ -77,13 +77,7 @@ async fn serve_inner(shard: &Rc<Shard>, stream: TcpStream) -> io::Result<()> {
     handshake(deadline, read_exact(&stream, &mut first)).await?;
     match first[0] {
         role @ 0x01..=0x03 => hermit::serve(Rc::clone(shard), stream, role, deadline).await,
-        0x00 => {
-            Metrics::inc(&shard.metrics.unknown_protocols);
-            warn!(
-                "Kafka-style connection refused: the Kafka listener is reserved, not implemented"
-            );
-            Ok(())
-        }
+        0x00 => kafka::serve(Rc::clone(shard), stream).await,
         first => native::serve(Rc::clone(shard), stream, first, deadline).await,
     }
 }

@@ -379,7 +379,7 @@ async fn consumer(
                 return Ok(());
             }
         };
-        if plan.crcs.is_empty() {
+        if plan.batches.is_empty() {
             if shard.shutdown.is_requested() {
                 return Ok(());
             }

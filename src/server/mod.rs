@@ -11,6 +11,7 @@
 pub mod connection;
 pub mod hermit;
 pub mod io;
+pub mod kafka;
 pub mod native;
 pub mod scrape;
 pub mod sendfile;
@@ -392,6 +393,7 @@ async fn serve_core(
     }
     glommio::spawn_local(background_sync(Rc::clone(shard))).detach();
     glommio::spawn_local(background_retention(Rc::clone(shard))).detach();
+    glommio::spawn_local(crate::shard::coordinator::run_timers(Rc::clone(shard))).detach();
     glommio::spawn_local(crate::shard::compaction::background_compaction(Rc::clone(
         shard,
     )))

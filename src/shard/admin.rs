@@ -261,6 +261,12 @@ impl Run for ForgetOffsets {
 impl Run for DropTopic {
     async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
         shard.drop_topic(&self.name);
+        // Its groups' offsets go with it (in this core's offsets shards): a topic made
+        // again under the name starts with no group positions.
+        shard
+            .offsets
+            .delete_matching(|_, topic, _| topic == self.name)
+            .await?;
         Ok(())
     }
 }

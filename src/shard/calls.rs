@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::metrics::snapshot::CoreSnapshot;
 use crate::protocol::native::{ErrorCode, OffsetSpec};
+use crate::shard::coordinator::calls::*;
 use crate::shard::topics::TopicMeta;
 use crate::shard::{Failure, Shard};
 use crate::storage::CompactionOutcome;
@@ -101,7 +102,8 @@ pub struct PartitionState {
     pub high_watermark: u64,
 }
 
-/// Where a fetch's bytes are: a range of a segment file, with the batches' CRCs.
+/// Where a fetch's bytes are: a range of a segment file, with the batches' index entries
+/// (offsets, positions, lengths, CRCs, formats).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendPlan {
     pub wal_path: std::path::PathBuf,
@@ -109,7 +111,7 @@ pub struct SendPlan {
     pub file_id: crate::storage::segment::FileId,
     pub position: u64,
     pub length: u64,
-    pub crcs: Vec<u32>,
+    pub batches: Vec<crate::storage::index::IndexEntry>,
     /// Records in the range.
     pub records: u64,
     /// Offset after the last batch in the range (the requested offset if it is empty).
@@ -130,6 +132,9 @@ pub struct Produce {
     pub partition: u32,
     pub count: u32,
     pub batches: Bytes,
+    /// For an idempotent Kafka producer: each batch's producer id, epoch and sequences
+    /// (`shard::idempotence`); empty otherwise.
+    pub producers: Vec<crate::shard::idempotence::IdempotentBatch>,
 }
 
 /// Plan a read, waiting up to `max_wait_ms` for data if there is none yet.
@@ -241,4 +246,14 @@ mesh_calls! {
     GroupOffsets -> Vec<GroupOffset>;
     Compact -> CompactionOutcome;
     MetricsSnapshot -> Box<CoreSnapshot>;
+    // Consumer groups (shard::coordinator).
+    GroupJoin -> Joined;
+    GroupSync -> Synced;
+    GroupHeartbeat -> ();
+    GroupLeave -> Vec<Result<(), Failure>>;
+    GroupDescribe -> Option<GroupView>;
+    GroupList -> Vec<GroupListing>;
+    GroupForget -> bool;
+    GroupCheckCommit -> ();
+    OffsetsDelete -> u64;
 }

@@ -22,6 +22,7 @@ use crate::shard::admin::check_partition;
 use crate::shard::calls::{
     Fetch, ListOffsets, PartitionState, PartitionStates, Produce, Produced, Run, SendPlan,
 };
+use crate::shard::idempotence::IdempotentBatch;
 use crate::shard::mesh::InFlight;
 use crate::shard::topics::TopicMeta;
 use crate::shard::{Failure, Shard};
@@ -37,6 +38,12 @@ pub enum Batches<'a> {
     Checked(ProduceBatches<'a>),
     /// One batch whose CRC the broker computes (HermitMQ v1 sends none).
     Single(&'a [u8]),
+    /// Kafka RecordBatches as pagurus batches, with the idempotence fields of each when the
+    /// producer is idempotent (checked and remembered on the owner, `shard::idempotence`).
+    Kafka {
+        batches: ProduceBatches<'a>,
+        producers: &'a [IdempotentBatch],
+    },
 }
 
 /// A produce started by [`Shard::start_produce`] and not yet acknowledged.
@@ -96,7 +103,15 @@ impl Shard {
                 ));
             };
             let (base_offset, last) = match batches {
-                Batches::Checked(batches) => stage_all(&log, batches, &self.metrics).await?,
+                Batches::Checked(batches)
+                | Batches::Kafka {
+                    batches,
+                    producers: [],
+                } => stage_all(&log, batches, &self.metrics).await?,
+                Batches::Kafka { batches, producers } => {
+                    self.stage_idempotent(&log, &meta.name, partition, batches, producers)
+                        .await?
+                }
                 Batches::Single(batch) => stage_one(&log, batch, &self.metrics).await?,
             };
             // The write and fsync start now, even while the connection waits on something
@@ -114,6 +129,14 @@ impl Shard {
                 partition,
                 count: batches.count,
                 batches: Bytes::copy_from_slice(batches.as_bytes()),
+                producers: Vec::new(),
+            },
+            Batches::Kafka { batches, producers } => Produce {
+                topic: meta.name.clone(),
+                partition,
+                count: batches.count,
+                batches: Bytes::copy_from_slice(batches.as_bytes()),
+                producers: producers.to_vec(),
             },
             Batches::Single(batch) => {
                 // The mesh carries (crc, batch) pairs, like a native request.
@@ -125,6 +148,7 @@ impl Shard {
                     partition,
                     count: 1,
                     batches: bytes.into(),
+                    producers: Vec::new(),
                 }
             }
         };
@@ -315,6 +339,7 @@ impl Shard {
                 let active_base = log.segments().last().map_or(0, |s| s.0);
                 let records = plan.batches.iter().map(|b| u64::from(b.records)).sum();
                 log.count_read(records, plan.length);
+                let next_offset = plan.next_offset().unwrap_or(offset);
                 return Ok(SendPlan {
                     wal_path: crate::storage::segment::wal_path(
                         log.dir(),
@@ -323,9 +348,9 @@ impl Shard {
                     file_id: plan.file_id,
                     position: plan.position,
                     length: plan.length,
-                    crcs: plan.batches.iter().map(|b| b.crc).collect(),
+                    batches: plan.batches,
                     records,
-                    next_offset: plan.next_offset().unwrap_or(offset),
+                    next_offset,
                     high_watermark: plan.high_watermark,
                     log_start_offset: plan.log_start_offset,
                     // Just read for the check, or in the active segment: in the page cache.
@@ -371,7 +396,18 @@ impl Shard {
         let log = self.owned_log(&produce.topic, produce.partition)?;
         let limits = self.config.log.limits;
         let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
-        let (base_offset, last) = stage_all(&log, batches, &self.metrics).await?;
+        let (base_offset, last) = if produce.producers.is_empty() {
+            stage_all(&log, batches, &self.metrics).await?
+        } else {
+            self.stage_idempotent(
+                &log,
+                &produce.topic,
+                produce.partition,
+                batches,
+                &produce.producers,
+            )
+            .await?
+        };
         Ok((log, base_offset, last))
     }
 }

@@ -24,8 +24,31 @@ impl GroupPartition {
 }
 
 impl Shard {
-    /// Stores a group's offset (the next offset it will consume) durably.
+    /// Stores a group's offset (the next offset it will consume) durably, from outside a
+    /// generation (a consumer that picks its partitions itself, an admin tool): refused
+    /// while the group has members, whose commits are fenced by their generation
+    /// ([`Shard::commit_offsets_fenced`]).
     pub async fn commit_offset(
+        self: &Rc<Self>,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+        offset: u64,
+    ) -> Result<(), Failure> {
+        let name = self.valid_name(group, "group")?;
+        self.check_commit(name, "", -1).await.map_err(|_| {
+            Failure::new(
+                ErrorCode::GroupNotEmpty,
+                format!(
+                    "group {name} has members: only they commit its offsets, each for its generation"
+                ),
+            )
+        })?;
+        self.store_offset(group, topic, partition, offset).await
+    }
+
+    /// Stores an offset with no fencing (the caller checked).
+    pub(crate) async fn store_offset(
         self: &Rc<Self>,
         group: &[u8],
         topic: &[u8],

@@ -15,14 +15,18 @@
 //! - [`topics`]: topic metadata, its files, and the controller's create/delete.
 //! - [`offsets`]: consumer group offsets in 256 shards of internal logs.
 //! - [`membership`]: consumer group membership, one sans-IO state machine for every protocol.
+//! - [`coordinator`]: the groups this core coordinates, driven with real time; the group
+//!   API (join, sync, heartbeat, leave, describe, list, delete, fenced commits).
 //! - [`producers`]: idempotent producers' sequences per partition, sans-IO.
 //! - [`used`]: the topics a connection used, so a delete wins over its clients.
 
 pub mod admin;
 pub mod calls;
 pub mod compaction;
+pub mod coordinator;
 pub mod data;
 pub mod groups;
+pub mod idempotence;
 pub mod membership;
 pub mod mesh;
 pub mod offsets;
@@ -148,9 +152,12 @@ pub struct Shard {
     pub shutdown: Shutdown,
     pub metrics: crate::metrics::counters::Metrics,
     pub offsets: offsets::OffsetStore,
+    pub coordinator: coordinator::Coordinator,
     topics: RefCell<HashMap<String, Rc<TopicMeta>>>,
     /// Partitions this core owns, by topic then partition number.
     partitions: RefCell<HashMap<String, Vec<Option<Rc<PartitionLog>>>>>,
+    /// Idempotent producers' state of the partitions this core owns (`idempotence`).
+    pub(crate) producers: idempotence::Producers,
     /// Serializes topic creation and deletion on the controller.
     controller_lock: glommio::sync::Semaphore,
 }
@@ -166,8 +173,10 @@ impl Shard {
             shutdown: Shutdown::default(),
             metrics: Default::default(),
             offsets,
+            coordinator: Default::default(),
             topics: RefCell::new(HashMap::new()),
             partitions: RefCell::new(HashMap::new()),
+            producers: Default::default(),
             controller_lock: glommio::sync::Semaphore::new(1),
         }
     }
@@ -294,6 +303,7 @@ impl Shard {
     pub(crate) fn drop_topic(&self, name: &str) {
         self.topics.borrow_mut().remove(name);
         self.partitions.borrow_mut().remove(name);
+        self.producers.forget_topic(name);
     }
 
     /// Runs a call on the core that owns the data: here, inline, or a mesh round trip.

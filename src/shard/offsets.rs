@@ -72,6 +72,9 @@ pub struct Committed {
     log_offset: u64,
 }
 
+/// A shard's place in the store: empty until first opened.
+type ShardSlot = Rc<RefCell<Option<OffsetShard>>>;
+
 struct OffsetShard {
     log: Rc<PartitionLog>,
     latest: HashMap<Vec<u8>, Committed>,
@@ -253,6 +256,49 @@ impl OffsetStore {
         out
     }
 
+    /// Deletes every committed offset of this core's shards whose (group, topic, partition)
+    /// matches: a tombstone (the key with an empty value) per key, durable before the key
+    /// is forgotten. Returns how many went.
+    pub async fn delete_matching(
+        &self,
+        matches: impl Fn(&str, &str, u32) -> bool,
+    ) -> Result<u64, Failure> {
+        let mut doomed: Vec<(ShardSlot, Vec<u8>)> = Vec::new();
+        for slot in self.shards.borrow().values() {
+            let guard = slot.borrow();
+            let Some(shard) = guard.as_ref() else {
+                continue;
+            };
+            for key in shard.latest.keys() {
+                if let Some((g, t, p)) = decode_key(key)
+                    && matches(&g, &t, p)
+                {
+                    doomed.push((Rc::clone(slot), key.clone()));
+                }
+            }
+        }
+        let mut deleted = 0;
+        for (slot, key) in doomed {
+            let log = Rc::clone(&slot.borrow().as_ref().expect("opened").log);
+            let at_ns = crate::clock::now_ns();
+            let batch = encode_batch(at_ns, &key, &[], 1);
+            let ticket = log.stage(&batch, None).await?;
+            log.commit(ticket).await?;
+            let mut guard = slot.borrow_mut();
+            let shard = guard.as_mut().expect("opened");
+            // A commit logged after the tombstone stands.
+            if shard
+                .latest
+                .get(&key)
+                .is_some_and(|c| c.log_offset < ticket.base_offset)
+            {
+                shard.latest.remove(&key);
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+
     /// Every offset log this core has open.
     pub fn logs(&self) -> Vec<Rc<PartitionLog>> {
         self.shards
@@ -289,7 +335,7 @@ fn replay(log: &PartitionLog) -> Result<HashMap<Vec<u8>, Committed>, StorageErro
             let header = BatchHeader::decode(&batch.bytes, &limits)?;
             let value = record::payload_of(&batch.bytes, &header);
             if value.is_empty() {
-                // A tombstone: the key's topic was deleted.
+                // A tombstone: the offset was deleted (its group or its topic was).
                 latest.remove(record::key_of(&batch.bytes, &header));
                 continue;
             }

@@ -8,7 +8,7 @@
 //! | 0..8   | offset         | offset of the batch's first record                         |
 //! | 8..16  | max_timestamp  | largest batch timestamp in the segment up to this batch    |
 //! | 16..20 | position       | byte position of the batch in the `.wal` file              |
-//! | 20..24 | length         | batch length in bytes (header + key + payload); never 0    |
+//! | 20..24 | length         | batch length in bytes (header + key + payload); never 0. The top bit is the batch's format: 1 when the payload is a Kafka RecordBatch ([`BatchFormat`]) |
 //! | 24..28 | records        | offsets the batch takes (record count, 0 read as 1)        |
 //! | 28..32 | crc            | CRC32C of the whole batch as stored                        |
 //!
@@ -20,6 +20,11 @@
 use std::fs::File;
 
 use memmap2::{Advice, Mmap, MmapMut};
+
+pub use crate::protocol::record::BatchFormat;
+
+/// The bit of the stored `length` field that marks a Kafka-format batch.
+const KAFKA_FORMAT_BIT: u32 = 1 << 31;
 
 /// Bytes per index entry.
 pub const ENTRY_LEN: usize = 32;
@@ -33,6 +38,8 @@ pub struct IndexEntry {
     pub length: u32,
     pub records: u32,
     pub crc: u32,
+    /// What the payload is; stored in the top bit of `length`.
+    pub format: BatchFormat,
 }
 
 impl IndexEntry {
@@ -50,7 +57,15 @@ impl IndexEntry {
         out[0..8].copy_from_slice(&self.offset.to_le_bytes());
         out[8..16].copy_from_slice(&self.max_timestamp_ns.to_le_bytes());
         out[16..20].copy_from_slice(&self.position.to_le_bytes());
-        out[20..24].copy_from_slice(&self.length.to_le_bytes());
+        debug_assert!(
+            self.length < KAFKA_FORMAT_BIT,
+            "limits keep a batch under 2 GiB"
+        );
+        let length = match self.format {
+            BatchFormat::Native => self.length,
+            BatchFormat::Kafka => self.length | KAFKA_FORMAT_BIT,
+        };
+        out[20..24].copy_from_slice(&length.to_le_bytes());
         out[24..28].copy_from_slice(&self.records.to_le_bytes());
         out[28..32].copy_from_slice(&self.crc.to_le_bytes());
     }
@@ -62,9 +77,14 @@ impl IndexEntry {
             offset: u64_at(0),
             max_timestamp_ns: u64_at(8),
             position: u32_at(16),
-            length: u32_at(20),
+            length: u32_at(20) & !KAFKA_FORMAT_BIT,
             records: u32_at(24),
             crc: u32_at(28),
+            format: if u32_at(20) & KAFKA_FORMAT_BIT != 0 {
+                BatchFormat::Kafka
+            } else {
+                BatchFormat::Native
+            },
         }
     }
 
@@ -284,6 +304,7 @@ mod tests {
             length: 29,
             records: 3,
             crc: 0xdead_beef,
+            format: BatchFormat::Kafka,
         };
         let mut buf = [0u8; ENTRY_LEN];
         e.encode(&mut buf);
@@ -316,6 +337,7 @@ mod tests {
                 length: 40,
                 records,
                 crc: 0,
+                format: BatchFormat::Native,
             });
             offset += u64::from(records);
             position += 40;

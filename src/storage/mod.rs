@@ -122,7 +122,12 @@ impl LogConfig {
         if self.segment_bytes == 0 || self.segment_bytes > SEGMENT_BYTES_MAX {
             return bad("segment_bytes must be in 1..=1 GiB");
         }
-        if self.limits.max_payload_bytes + self.limits.max_key_bytes > u64::from(u32::MAX) / 2 {
+        // The index keeps a batch's length in 31 bits (the top bit is its format).
+        if self.limits.max_payload_bytes
+            + self.limits.max_key_bytes
+            + crate::protocol::record::HEADER_LEN as u64
+            > u64::from(u32::MAX) / 2
+        {
             return bad("max payload plus max key must stay under 2 GiB");
         }
         if self.index_entries == 0 || self.index_entries > 1 << 24 {

@@ -162,6 +162,7 @@ pub fn scan_segment(
             length: length32,
             records: u32::try_from(header.records()).expect("records fit u32"),
             crc: record::batch_crc(batch),
+            format: record::format_of(batch, &header),
         };
         match slot(entries.len()) {
             // Compaction leaves offset gaps inside a segment; an entry that matches the bytes
@@ -219,6 +220,7 @@ mod tests {
                 length: batch.len() as u32,
                 records: (*count).max(1),
                 crc: record::batch_crc(&batch),
+                format: record::BatchFormat::Native,
             };
             let mut slot = [0u8; ENTRY_LEN];
             entry.encode(&mut slot);

@@ -283,6 +283,7 @@ mod tests {
             length: batch.len() as u32,
             records: 2,
             crc: record::batch_crc(&batch),
+            format: record::BatchFormat::Native,
         };
         (batch, entry)
     }
@@ -341,6 +342,7 @@ mod tests {
             length,
             records: 1,
             crc: 0,
+            format: record::BatchFormat::Native,
         };
         let batches = [e(0, 100), e(100, 100), e(200, 800)];
         assert_eq!(checks.unchecked_batches(100, &batches), vec![0, 1, 2]);

@@ -253,6 +253,26 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
     batch[..BATCH_LENGTH_AT].copy_from_slice(&base_offset.to_be_bytes());
 }
 
+/// True when `buf` is exactly one RecordBatch v2 with a valid CRC: what a stored pagurus
+/// batch's payload must be to be served as Kafka format. A native payload passes only if it
+/// is such a batch, length, magic and CRC-32C included.
+pub fn is_whole_batch(buf: &[u8]) -> bool {
+    buf.len() >= HEADER_LEN
+        && i64::from(i32_at(buf, BATCH_LENGTH_AT)) == buf.len() as i64 - LOG_OVERHEAD as i64
+        && buf[MAGIC_AT] == MAGIC
+        && u32::from_be_bytes(buf[CRC_AT..ATTRIBUTES_AT].try_into().expect("4 bytes"))
+            == crc32c::crc32c(&buf[ATTRIBUTES_AT..])
+}
+
+/// Sets the base offset and partition leader epoch (0, the epoch Metadata advertises) of
+/// the RecordBatch stored as the payload of a pagurus batch (`stored`: 29-byte header, no
+/// key, the RecordBatch). Both lie outside Kafka's CRC.
+pub fn set_stored_base_offset(stored: &mut [u8], base_offset: u64) {
+    let batch = &mut stored[crate::protocol::record::HEADER_LEN..];
+    set_base_offset(batch, i64::try_from(base_offset).unwrap_or(i64::MAX));
+    set_partition_leader_epoch(batch, 0);
+}
+
 /// Sets the partition leader epoch of an encoded batch; the CRC stays valid.
 pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
     batch[LEADER_EPOCH_AT..MAGIC_AT].copy_from_slice(&epoch.to_be_bytes());

@@ -120,6 +120,11 @@ code_enum!(
         ListGroups = 9,
         DescribeGroup = 10,
         Compact = 11,
+        JoinGroup = 12,
+        Heartbeat = 13,
+        LeaveGroup = 14,
+        CommitGroupOffset = 15,
+        DeleteGroup = 16,
     }
 );
 
@@ -152,6 +157,27 @@ code_enum!(
         Internal = 22,
         /// The group has committed no offset for this topic and partition.
         NoCommittedOffset = 23,
+        /// Kafka produce only: an idempotent producer's batch is not the next in sequence.
+        OutOfOrderSequence = 24,
+        /// Kafka produce only: an idempotent producer's epoch is older than the current one.
+        ProducerFenced = 25,
+        /// Kafka produce only: the partition remembers as many producers as it may.
+        ProducerLimit = 26,
+        /// The group is rebalancing: join again (with the same member id).
+        RebalanceInProgress = 27,
+        /// The group does not have this member (its session expired, or it left): join
+        /// again with no member id.
+        UnknownMember = 28,
+        /// The member's generation is not the group's: join again.
+        IllegalGeneration = 29,
+        /// The group has members: it cannot be deleted, nor its offsets set from outside.
+        GroupNotEmpty = 30,
+        /// The member's protocol type or assignors match no other member's.
+        InconsistentGroupProtocol = 31,
+        /// The session timeout is outside the broker's bounds.
+        InvalidSessionTimeout = 32,
+        /// The group is at its member limit, or its coordinator at its group limit.
+        GroupFull = 33,
     }
 );
 
@@ -290,10 +316,12 @@ pub fn encode_empty_response(out: &mut Vec<u8>, correlation_id: u32, error: Erro
     end_frame(out, start);
 }
 
+pub mod groups;
 pub mod request;
 pub mod response;
 #[cfg(test)]
 mod tests;
 
+pub use groups::*;
 pub use request::*;
 pub use response::*;

@@ -53,7 +53,51 @@ pub enum Request<'a> {
         topic: &'a [u8],
         partition: u32,
     },
+    /// Join (or rejoin) a group whose partitions the broker assigns; answered once the
+    /// member has its generation and partitions.
+    JoinGroup(JoinGroup<'a>),
+    Heartbeat {
+        group: &'a [u8],
+        member_id: &'a [u8],
+        generation: i32,
+    },
+    LeaveGroup {
+        group: &'a [u8],
+        member_id: &'a [u8],
+    },
+    /// A commit by a member, fenced by its generation.
+    CommitGroupOffset {
+        group: &'a [u8],
+        member_id: &'a [u8],
+        generation: i32,
+        topic: &'a [u8],
+        partition: u32,
+        offset: u64,
+    },
+    /// Delete an empty group and its offsets.
+    DeleteGroup {
+        group: &'a [u8],
+    },
 }
+
+/// A native JoinGroup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinGroup<'a> {
+    pub group: &'a [u8],
+    /// Empty on a first join.
+    pub member_id: &'a [u8],
+    /// Empty for a member that is not static.
+    pub instance_id: &'a [u8],
+    pub client_id: &'a [u8],
+    pub session_timeout_ms: u32,
+    pub rebalance_timeout_ms: u32,
+    /// `range` or `roundrobin`.
+    pub assignor: &'a [u8],
+    pub topics: Vec<&'a [u8]>,
+}
+
+/// Most topics one member of a group subscribes to.
+pub const GROUP_TOPICS_MAX: u32 = 1000;
 
 /// The batches of a produce request: `count` times (crc u32, batch), all validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,9 +271,55 @@ fn decode_request_body<'a>(
             topic: r.string("topic")?,
             partition: r.u32("partition")?,
         },
+        ApiKey::JoinGroup => Request::JoinGroup(decode_join(&mut r)?),
+        ApiKey::Heartbeat => Request::Heartbeat {
+            group: r.string("group")?,
+            member_id: r.string("member id")?,
+            generation: r.u32("generation")? as i32,
+        },
+        ApiKey::LeaveGroup => Request::LeaveGroup {
+            group: r.string("group")?,
+            member_id: r.string("member id")?,
+        },
+        ApiKey::CommitGroupOffset => Request::CommitGroupOffset {
+            group: r.string("group")?,
+            member_id: r.string("member id")?,
+            generation: r.u32("generation")? as i32,
+            topic: r.string("topic")?,
+            partition: r.u32("partition")?,
+            offset: r.u64("offset")?,
+        },
+        ApiKey::DeleteGroup => Request::DeleteGroup {
+            group: r.string("group")?,
+        },
     };
     r.finish("request")?;
     Ok(request)
+}
+
+fn decode_join<'a>(r: &mut Reader<'a>) -> Result<JoinGroup<'a>, Malformed> {
+    let mut join = JoinGroup {
+        group: r.string("group")?,
+        member_id: r.string("member id")?,
+        instance_id: r.string("instance id")?,
+        client_id: r.string("client id")?,
+        session_timeout_ms: r.u32("session timeout")?,
+        rebalance_timeout_ms: r.u32("rebalance timeout")?,
+        assignor: r.string("assignor")?,
+        topics: Vec::new(),
+    };
+    let count = r.u32("topic count")?;
+    if count > GROUP_TOPICS_MAX {
+        return Err(Malformed {
+            what: "topic count",
+        });
+    }
+    // Sized by the bytes there, not by the count claimed (see Metadata).
+    join.topics = Vec::with_capacity((count as usize).min(r.remaining() / 2));
+    for _ in 0..count {
+        join.topics.push(r.string("topic")?);
+    }
+    Ok(join)
 }
 
 /// Encodes a request frame (length prefix included) into `out`. For clients.
@@ -247,6 +337,11 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         Request::ListGroups => ApiKey::ListGroups,
         Request::DescribeGroup { .. } => ApiKey::DescribeGroup,
         Request::Compact { .. } => ApiKey::Compact,
+        Request::JoinGroup(_) => ApiKey::JoinGroup,
+        Request::Heartbeat { .. } => ApiKey::Heartbeat,
+        Request::LeaveGroup { .. } => ApiKey::LeaveGroup,
+        Request::CommitGroupOffset { .. } => ApiKey::CommitGroupOffset,
+        Request::DeleteGroup { .. } => ApiKey::DeleteGroup,
     };
     out.put_u16(api as u16);
     out.put_u16(VERSION);
@@ -327,6 +422,47 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
             out.put_string(topic);
             out.put_u32(*partition);
         }
+        Request::JoinGroup(join) => {
+            for field in [join.group, join.member_id, join.instance_id, join.client_id] {
+                out.put_string(field);
+            }
+            out.put_u32(join.session_timeout_ms);
+            out.put_u32(join.rebalance_timeout_ms);
+            out.put_string(join.assignor);
+            out.put_u32(u32::try_from(join.topics.len()).expect("topic count"));
+            for topic in &join.topics {
+                out.put_string(topic);
+            }
+        }
+        Request::Heartbeat {
+            group,
+            member_id,
+            generation,
+        } => {
+            out.put_string(group);
+            out.put_string(member_id);
+            out.put_u32(*generation as u32);
+        }
+        Request::LeaveGroup { group, member_id } => {
+            out.put_string(group);
+            out.put_string(member_id);
+        }
+        Request::CommitGroupOffset {
+            group,
+            member_id,
+            generation,
+            topic,
+            partition,
+            offset,
+        } => {
+            out.put_string(group);
+            out.put_string(member_id);
+            out.put_u32(*generation as u32);
+            out.put_string(topic);
+            out.put_u32(*partition);
+            out.put_u64(*offset);
+        }
+        Request::DeleteGroup { group } => out.put_string(group),
     }
     end_frame(out, start);
 }

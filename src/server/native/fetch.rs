@@ -88,7 +88,7 @@ async fn send_fetch(
                 Metrics::inc(&shard.metrics.fetches_replanned);
                 tracing::debug!(path = %plan.wal_path.display(), %error, "fetch planned on a replaced segment; the client fetches again");
                 plan.length = 0;
-                plan.crcs.clear();
+                plan.batches.clear();
                 None
             }
             Err(error) => {
@@ -109,7 +109,7 @@ async fn send_fetch(
         correlation_id,
         plan.high_watermark,
         plan.log_start_offset,
-        plan.crcs.iter().copied(),
+        plan.batches.iter().map(|b| b.crc),
         data_bytes,
     );
     flush(stream, out).await?;

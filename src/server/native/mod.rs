@@ -397,6 +397,33 @@ async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Pend
         } => offsets::fetch(shard, tag, group, topic, partition),
         Request::ListGroups => groups::list(shard, tag),
         Request::DescribeGroup { group } => groups::describe(shard, tag, group),
+        Request::JoinGroup(join) => groups::join(shard, tag, join),
+        Request::Heartbeat {
+            group,
+            member_id,
+            generation,
+        } => groups::heartbeat(shard, tag, group, member_id, generation),
+        Request::LeaveGroup { group, member_id } => groups::leave(shard, tag, group, member_id),
+        Request::CommitGroupOffset {
+            group,
+            member_id,
+            generation,
+            topic,
+            partition,
+            offset,
+        } => groups::commit(
+            shard,
+            tag,
+            groups::Commit {
+                group,
+                member_id,
+                generation,
+                topic,
+                partition,
+                offset,
+            },
+        ),
+        Request::DeleteGroup { group } => groups::delete(shard, tag, group),
     }
 }
 

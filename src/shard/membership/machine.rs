@@ -17,8 +17,15 @@ impl Group {
             members: BTreeMap::new(),
             instances: BTreeMap::new(),
             member_seq: 0,
+            incarnation: 0,
             limits,
         }
+    }
+
+    /// Sets which group of this name this is (the registry counts the groups it made), so
+    /// that member ids are not reused by a group made again under the same name.
+    pub fn set_incarnation(&mut self, incarnation: u64) {
+        self.incarnation = incarnation;
     }
 
     pub fn state(&self) -> GroupState {
@@ -48,6 +55,17 @@ impl Group {
     /// A JoinGroup. The member's own answer is among the returned replies once the
     /// generation forms, now or from a later call.
     pub fn join(&mut self, now_ms: u64, request: JoinRequest) -> Result<Vec<Reply>, GroupError> {
+        self.join_member(now_ms, request)
+            .map(|(_, replies)| replies)
+    }
+
+    /// [`Group::join`], also naming the member: a first join learns its id here, before
+    /// the generation forms (a coordinator waits for that member's reply).
+    pub fn join_member(
+        &mut self,
+        now_ms: u64,
+        request: JoinRequest,
+    ) -> Result<(String, Vec<Reply>), GroupError> {
         self.check_join(&request)?;
         let member_id = self.admit(now_ms, request)?;
         let mut replies = Vec::new();
@@ -59,7 +77,7 @@ impl Group {
             *deadline_ms = (*deadline_ms).max(now_ms.saturating_add(member.rebalance_timeout_ms));
         }
         replies.extend(self.complete_if_all_joined());
-        Ok(replies)
+        Ok((member_id, replies))
     }
 
     fn check_join(&self, request: &JoinRequest) -> Result<(), GroupError> {
@@ -156,7 +174,10 @@ impl Group {
     fn next_member_id(&mut self, client_id: &str) -> String {
         self.member_seq += 1;
         let client: String = client_id.chars().take(64).collect();
-        format!("{client}-{}-{}", self.generation, self.member_seq)
+        format!(
+            "{client}-{}-{}-{}",
+            self.incarnation, self.generation, self.member_seq
+        )
     }
 
     /// Starts a rebalance: every member must join again; waiting syncs are told so.
@@ -430,7 +451,9 @@ impl Group {
 
     /// Whether an offset commit from `member_id` at `generation` may be stored. Members with
     /// no id and generation -1 (a consumer that assigns itself, an admin tool) may commit
-    /// only to a group with no members.
+    /// only to a group with no members. As in Kafka, a member of the current generation may
+    /// commit while a rebalance gathers members (it commits what it read before it rejoins),
+    /// not while the generation waits for its assignment.
     pub fn check_commit(&self, member_id: &str, generation: i32) -> Result<(), GroupError> {
         if self.state == GroupState::Dead {
             return Err(GroupError::Dead);
@@ -448,10 +471,11 @@ impl Group {
                 member_id: member_id.to_string(),
             });
         }
-        if matches!(self.state, GroupState::PreparingRebalance { .. }) {
+        self.check_generation(generation)?;
+        if self.state == GroupState::CompletingRebalance {
             return Err(GroupError::RebalanceInProgress);
         }
-        self.check_generation(generation)
+        Ok(())
     }
 
     /// DeleteGroups: only an empty group goes.

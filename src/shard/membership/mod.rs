@@ -148,6 +148,8 @@ pub struct Group {
     /// Static members: instance id → current member id.
     instances: BTreeMap<String, String>,
     member_seq: u64,
+    /// Part of every member id: which group of this name this is.
+    incarnation: u64,
     limits: GroupLimits,
 }
 

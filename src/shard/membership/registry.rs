@@ -17,6 +17,8 @@ pub struct Groups {
     groups: BTreeMap<String, Group>,
     groups_max: usize,
     limits: GroupLimits,
+    /// Groups made so far (member ids of a group made again differ from the old ones').
+    made: u64,
 }
 
 impl Groups {
@@ -25,6 +27,7 @@ impl Groups {
             groups: BTreeMap::new(),
             groups_max,
             limits,
+            made: 0,
         }
     }
 
@@ -36,8 +39,10 @@ impl Groups {
                     max: self.groups_max,
                 });
             }
-            self.groups
-                .insert(id.to_string(), Group::new(id.to_string(), self.limits));
+            self.made += 1;
+            let mut group = Group::new(id.to_string(), self.limits);
+            group.set_incarnation(self.made);
+            self.groups.insert(id.to_string(), group);
         }
         Ok(self.groups.get_mut(id).expect("inserted"))
     }
@@ -50,13 +55,34 @@ impl Groups {
         self.groups.get_mut(id)
     }
 
-    /// Time passing for every group; dead ones are forgotten.
+    /// Deletes an empty group at once (DeleteGroups); a group with members stays.
+    pub fn delete(&mut self, id: &str) -> Result<bool, super::GroupError> {
+        let Some(group) = self.groups.get_mut(id) else {
+            return Ok(false);
+        };
+        group.delete()?;
+        self.groups.remove(id);
+        Ok(true)
+    }
+
+    /// Groups held now.
+    pub fn len(&self) -> usize {
+        self.groups.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.groups.is_empty()
+    }
+
+    /// Time passing for every group; dead and empty ones are forgotten (an empty group's
+    /// committed offsets stay, in the offsets shards).
     pub fn tick(&mut self, now_ms: u64) -> Vec<(String, Reply)> {
         let mut replies = Vec::new();
         for (id, group) in &mut self.groups {
             replies.extend(group.tick(now_ms).into_iter().map(|r| (id.clone(), r)));
         }
-        self.groups.retain(|_, g| g.state() != GroupState::Dead);
+        self.groups
+            .retain(|_, g| !matches!(g.state(), GroupState::Dead | GroupState::Empty));
         replies
     }
 

@@ -170,6 +170,7 @@ impl PartitionLog {
                         length: entry.length,
                         records: entry.records,
                         crc: entry.crc,
+                        format: entry.format,
                     };
                     let mut slot = [0u8; ENTRY_LEN];
                     kept.encode(&mut slot);

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Kafka clients against pagurus, beside pagurus's own client on the same workload:
+# COUNT messages of 100 B into a topic of PARTITIONS partitions, acks=all (fsync=always),
+# linger 5 ms, then consumed from the beginning. ROUNDS rounds each; prints every round and
+# the medians of produce msg/s, produce p99 and consume msg/s.
+#
+#   scripts/bench-kafka.sh                      # 3 rounds of 200,000 messages
+#   ROUNDS=5 COUNT=1000000 CORES=2 scripts/bench-kafka.sh
+#
+# The Kafka side is a small confluent-kafka (librdkafka) driver, scripts/bench_kafka.py
+# (pip install confluent-kafka); p99 is from send() to the delivery report. The native side
+# is `pagurus bench` (glommio client, 4 producers, batches of 100, up to 8 in flight each),
+# then a catch-up read of the same topic; its p99 is its produce-acknowledgement latency.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${ROUNDS:-3}
+COUNT=${COUNT:-200000}
+SIZE=${SIZE:-100}
+CORES=${CORES:-0}
+PARTITIONS=${PARTITIONS:-4}
+python3 -c 'import confluent_kafka' 2>/dev/null || { echo "bench-kafka.sh needs: pip install confluent-kafka"; exit 1; }
+cargo build --release --quiet
+BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
+WORK=$(mktemp -d)
+BROKER=""
+cleanup() { [ -n "$BROKER" ] && kill "$BROKER" 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+PORT=$((20000 + RANDOM % 10000))
+"$BIN" serve --data-dir "$WORK/data" --listen "127.0.0.1:$PORT" --cores "$CORES" --fsync always \
+  --log-level warn 2>"$WORK/broker.log" &
+BROKER=$!
+for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "workload: $COUNT x $SIZE B, $PARTITIONS partitions, acks=all, fsync=always, linger 5 ms"
+kafka=()
+native=()
+for round in $(seq "$ROUNDS"); do
+  k=$(python3 scripts/bench_kafka.py "127.0.0.1:$PORT" "kafka-$round" "$COUNT" "$SIZE" "$PARTITIONS")
+  echo "round $round kafka (confluent-kafka): $k"
+  kafka+=("$k")
+  p=$("$BIN" bench --broker "127.0.0.1:$PORT" --producers 4 --consumers 0 --topics 1 \
+      --partitions "$PARTITIONS" --topic-prefix "native-$round" --size "$SIZE" --batch 100 \
+      --linger-ms 5 --count "$COUNT" --warmup 0 --json --quiet 2>/dev/null | tail -1)
+  c=$("$BIN" bench --broker "127.0.0.1:$PORT" --producers 0 --consumers 1 --topics 1 \
+      --partitions "$PARTITIONS" --topic-prefix "native-$round" --from earliest \
+      --count "$COUNT" --warmup 0 --json --quiet 2>/dev/null | tail -1)
+  n=$(python3 -c 'import json,sys; p=json.loads(sys.argv[1]); c=json.loads(sys.argv[2]); print(json.dumps({"produce_msgs": p["produce"]["msgs_per_s"], "produce_p99_ms": p["produce"]["ack_latency_us"]["p99"] / 1000, "consume_msgs": c["consume"]["msgs_per_s"]}))' "$p" "$c")
+  echo "round $round native (pagurus bench): $n"
+  native+=("$n")
+done
+python3 - "${kafka[@]}" -- "${native[@]}" <<'PY'
+import json, statistics, sys
+args = sys.argv[1:]
+cut = args.index("--")
+kafka = [json.loads(a) for a in args[:cut]]
+native = [json.loads(a) for a in args[cut + 1:]]
+med = lambda xs: statistics.median(xs)
+print("\nmedians of %d rounds" % len(kafka))
+print("%-28s %14s %14s %14s" % ("client", "produce msg/s", "produce p99 ms", "consume msg/s"))
+for name, rounds in [("confluent-kafka (Kafka API)", kafka), ("pagurus bench (native)", native)]:
+    print("%-28s %14.0f %14.2f %14.0f" % (name, med([r["produce_msgs"] for r in rounds]),
+          med([r["produce_p99_ms"] for r in rounds]), med([r["consume_msgs"] for r in rounds])))
+PY

@@ -1,0 +1,221 @@
+//! OffsetCommit (fenced by the member's generation; generation -1 with no member id is a
+//! commit from outside the group, accepted while it has no members), OffsetFetch and
+//! OffsetDelete. Offsets live in the shard's offsets shards, shared with native clients;
+//! commit metadata strings are not kept (OffsetFetch answers an empty one).
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use super::errors::{INVALID_REQUEST, NONE};
+use super::groups::{GROUP_SUBSCRIBED_TO_TOPIC, code, name_code};
+use super::{Conn, Pending, Reply, respond};
+use crate::protocol::kafka::RequestHeader;
+use crate::protocol::native::ErrorCode;
+
+pub(super) fn commit(
+    conn: &Rc<Conn>,
+    header: RequestHeader,
+    request: OffsetCommitRequest,
+) -> Pending {
+    let shard = Rc::clone(&conn.shard);
+    Pending::later(async move {
+        let mut entries = Vec::new();
+        for topic in &request.topics {
+            for p in &topic.partitions {
+                if p.partition_index >= 0 && p.committed_offset >= 0 {
+                    entries.push((
+                        topic.name.to_string(),
+                        p.partition_index as u32,
+                        p.committed_offset as u64,
+                    ));
+                }
+            }
+        }
+        let committed = shard
+            .commit_offsets_fenced(
+                request.group_id.as_bytes(),
+                &request.member_id,
+                request.generation_id_or_member_epoch,
+                entries,
+            )
+            .await;
+        let (fence_code, mut results) = match committed {
+            Ok(results) => (NONE, results.into_iter()),
+            Err(failure) => (name_code(&failure), Vec::new().into_iter()),
+        };
+        let topics = request
+            .topics
+            .into_iter()
+            .map(|topic| {
+                let partitions = topic
+                    .partitions
+                    .iter()
+                    .map(|p| {
+                        let code = if p.partition_index < 0 || p.committed_offset < 0 {
+                            INVALID_REQUEST
+                        } else if fence_code != NONE {
+                            fence_code
+                        } else {
+                            results
+                                .next()
+                                .and_then(Result::err)
+                                .map_or(NONE, |f| code(&f))
+                        };
+                        OffsetCommitResponsePartition::default()
+                            .with_partition_index(p.partition_index)
+                            .with_error_code(code)
+                    })
+                    .collect();
+                OffsetCommitResponseTopic::default()
+                    .with_name(topic.name)
+                    .with_partitions(partitions)
+            })
+            .collect();
+        Reply::frame(respond(
+            &header,
+            &OffsetCommitResponse::default().with_topics(topics),
+        ))
+    })
+}
+
+pub(super) fn fetch(
+    conn: &Rc<Conn>,
+    header: RequestHeader,
+    request: OffsetFetchRequest,
+) -> Pending {
+    let shard = Rc::clone(&conn.shard);
+    Pending::later(async move {
+        let group = request.group_id.to_string();
+        let partition = |index: i32, offset: Option<u64>, code: i16| {
+            OffsetFetchResponsePartition::default()
+                .with_partition_index(index)
+                .with_committed_offset(offset.map_or(-1, |o| o as i64))
+                .with_committed_leader_epoch(-1)
+                .with_metadata(Some(StrBytes::default()))
+                .with_error_code(code)
+        };
+        let mut top_code = NONE;
+        let topics = match request.topics {
+            Some(asked) => {
+                let mut topics = Vec::with_capacity(asked.len());
+                for topic in asked {
+                    let mut partitions = Vec::with_capacity(topic.partition_indexes.len());
+                    for &index in &topic.partition_indexes {
+                        let fetched = if index < 0 {
+                            Err(INVALID_REQUEST)
+                        } else {
+                            shard
+                                .fetch_offset(group.as_bytes(), topic.name.as_bytes(), index as u32)
+                                .await
+                                .map_err(|f| name_code(&f))
+                        };
+                        partitions.push(match fetched {
+                            Ok(offset) => partition(index, offset, NONE),
+                            Err(code) => partition(index, None, code),
+                        });
+                    }
+                    topics.push(
+                        OffsetFetchResponseTopic::default()
+                            .with_name(topic.name)
+                            .with_partitions(partitions),
+                    );
+                }
+                topics
+            }
+            // Every topic the group committed for.
+            None => match shard.group_offsets(Some(&group)).await {
+                Ok(entries) => {
+                    let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
+                    for (_, topic, index, offset) in entries {
+                        if topics.last().is_none_or(|t| *t.name != *topic) {
+                            topics.push(
+                                OffsetFetchResponseTopic::default()
+                                    .with_name(StrBytes::from_string(topic).into()),
+                            );
+                        }
+                        let last = topics.last_mut().expect("pushed");
+                        last.partitions
+                            .push(partition(index as i32, Some(offset), NONE));
+                    }
+                    topics
+                }
+                Err(failure) => {
+                    top_code = code(&failure);
+                    Vec::new()
+                }
+            },
+        };
+        let mut body = OffsetFetchResponse::default().with_topics(topics);
+        if header.api_version >= 2 {
+            body = body.with_error_code(top_code);
+        }
+        Reply::frame(respond(&header, &body))
+    })
+}
+
+pub(super) fn delete(
+    conn: &Rc<Conn>,
+    header: RequestHeader,
+    request: OffsetDeleteRequest,
+) -> Pending {
+    let shard = Rc::clone(&conn.shard);
+    Pending::later(async move {
+        let mut topics = Vec::with_capacity(request.topics.len());
+        let mut top_code = NONE;
+        for topic in request.topics {
+            let indexes: Vec<u32> = topic
+                .partitions
+                .iter()
+                .filter(|p| p.partition_index >= 0)
+                .map(|p| p.partition_index as u32)
+                .collect();
+            let deleted = shard
+                .delete_group_offsets(request.group_id.as_bytes(), topic.name.as_bytes(), indexes)
+                .await;
+            let partition_code = match &deleted {
+                Ok(_) => NONE,
+                Err(f) if f.code == ErrorCode::GroupNotEmpty => GROUP_SUBSCRIBED_TO_TOPIC,
+                Err(f) if f.code == ErrorCode::InvalidName => {
+                    top_code = name_code(f);
+                    NONE
+                }
+                Err(f) => code(f),
+            };
+            let partitions = topic
+                .partitions
+                .iter()
+                .map(|p| {
+                    OffsetDeleteResponsePartition::default()
+                        .with_partition_index(p.partition_index)
+                        .with_error_code(if p.partition_index < 0 {
+                            INVALID_REQUEST
+                        } else {
+                            partition_code
+                        })
+                })
+                .collect();
+            topics.push(
+                OffsetDeleteResponseTopic::default()
+                    .with_name(topic.name)
+                    .with_partitions(partitions),
+            );
+        }
+        Reply::frame(respond(
+            &header,
+            &OffsetDeleteResponse::default()
+                .with_error_code(top_code)
+                .with_topics(topics),
+        ))
+    })
+}

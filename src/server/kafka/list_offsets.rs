@@ -1,0 +1,78 @@
+//! ListOffsets: earliest (-2), latest (-1) or the first offset at or after a timestamp
+//! (ms), each from the partition's owner.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+
+use super::errors::{self, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION};
+use super::{Conn, Pending, Reply, respond};
+use crate::protocol::kafka::RequestHeader;
+use crate::protocol::native::OffsetSpec;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+
+pub(super) fn handle(
+    conn: &Rc<Conn>,
+    header: RequestHeader,
+    request: ListOffsetsRequest,
+) -> Pending {
+    let conn = Rc::clone(conn);
+    Pending::later(async move {
+        let mut topics = Vec::with_capacity(request.topics.len());
+        for topic in request.topics {
+            let mut partitions = Vec::with_capacity(topic.partitions.len());
+            for p in topic.partitions {
+                let answer = ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_timestamp(-1)
+                    // v4+ only; -1 (unknown) is the default every version can carry.
+                    .with_leader_epoch(if header.api_version >= 4 { 0 } else { -1 });
+                let code_or_offset =
+                    list(&conn, topic.name.0.as_str(), p.partition_index, p.timestamp).await;
+                partitions.push(match code_or_offset {
+                    Ok(offset) => answer.with_offset(offset),
+                    Err(code) => answer.with_offset(-1).with_error_code(code),
+                });
+            }
+            topics.push(
+                ListOffsetsTopicResponse::default()
+                    .with_name(topic.name)
+                    .with_partitions(partitions),
+            );
+        }
+        Reply::frame(respond(
+            &header,
+            &ListOffsetsResponse::default().with_topics(topics),
+        ))
+    })
+}
+
+async fn list(conn: &Conn, topic: &str, index: i32, timestamp: i64) -> Result<i64, i16> {
+    let shard = &conn.shard;
+    let partition = u32::try_from(index).map_err(|_| UNKNOWN_TOPIC_OR_PARTITION)?;
+    shard
+        .known_partition(topic, partition)
+        .map_err(|f| errors::from_native(f.code))?;
+    if conn.not_leader(shard.owner(topic, partition)) {
+        return Err(NOT_LEADER_OR_FOLLOWER);
+    }
+    let spec = match timestamp {
+        LATEST => OffsetSpec::Latest,
+        EARLIEST => OffsetSpec::Earliest,
+        ms if ms >= 0 => {
+            OffsetSpec::Timestamp(u64::try_from(ms).expect("non-negative") * 1_000_000)
+        }
+        // -3 (max timestamp) and below: not served.
+        _ => return Err(errors::UNSUPPORTED_FOR_MESSAGE_FORMAT),
+    };
+    let offset = shard
+        .list_offsets(topic.as_bytes(), partition, spec)
+        .await
+        .map_err(|f| errors::from_native(f.code))?;
+    Ok(i64::try_from(offset).unwrap_or(i64::MAX))
+}

@@ -1,0 +1,140 @@
+//! Metadata: every core is a broker (node id = core, host = the address the client reached,
+//! port = that core's shard port), a partition's leader is its owning core. Topics named
+//! and missing are created on demand when the request allows it, as Kafka's
+//! `auto.create.topics.enable` does (topics are created on demand for every protocol).
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use tracing::debug;
+
+use super::errors::{self, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PARTITION};
+use super::{Conn, Pending, Reply, respond};
+use crate::protocol::kafka::RequestHeader;
+
+/// The cluster id every Metadata answer carries.
+pub const CLUSTER_ID: &str = "pagurus";
+
+pub(super) fn handle(conn: &Rc<Conn>, header: RequestHeader, request: MetadataRequest) -> Pending {
+    let conn = Rc::clone(conn);
+    Pending::later(async move {
+        let body = metadata(&conn, &header, request).await;
+        Reply::frame(respond(&header, &body))
+    })
+}
+
+/// The brokers list: one per core.
+pub(super) fn brokers(conn: &Conn) -> Vec<MetadataResponseBroker> {
+    let shard = &conn.shard;
+    (0..shard.cores())
+        .map(|core| {
+            let port = shard
+                .config
+                .shard_port(core)
+                .unwrap_or(shard.config.listen.port());
+            MetadataResponseBroker::default()
+                .with_node_id(node_id(core))
+                .with_host(StrBytes::from_string(conn.host.clone()))
+                .with_port(i32::from(port))
+        })
+        .collect()
+}
+
+pub(super) fn node_id(core: usize) -> BrokerId {
+    BrokerId(i32::try_from(core).expect("cores fit i32"))
+}
+
+async fn metadata(
+    conn: &Conn,
+    header: &RequestHeader,
+    request: MetadataRequest,
+) -> MetadataResponse {
+    let shard = &conn.shard;
+    // v1+: a null list asks for every topic; v0: an empty list does.
+    let asked: Option<Vec<String>> = match request.topics {
+        None => None,
+        Some(topics) if topics.is_empty() && header.api_version == 0 => None,
+        Some(topics) => Some(
+            topics
+                .into_iter()
+                .filter_map(|t| t.name.map(|n| n.0.to_string()))
+                .collect(),
+        ),
+    };
+    let auto_create = header.api_version < 4 || request.allow_auto_topic_creation;
+    let mut invalid = Vec::new();
+    let names = match asked {
+        None => Vec::new(),
+        Some(names) => {
+            let mut valid = Vec::with_capacity(names.len());
+            for name in names {
+                if shard.valid_name(name.as_bytes(), "topic").is_err() {
+                    invalid.push(name);
+                    continue;
+                }
+                if auto_create && shard.topic(&name).is_none() {
+                    if let Err(failure) = shard.topic_on_demand(name.as_bytes()).await {
+                        debug!(topic = %name, error = %failure.message, "topic not created for Metadata");
+                    }
+                }
+                valid.push(name);
+            }
+            if valid.is_empty() {
+                // Nothing (valid) asked: an empty name keeps the shard from listing every topic.
+                valid.push(String::new());
+            }
+            valid
+        }
+    };
+    let metadata = shard.metadata(names).await;
+    let mut topics: Vec<MetadataResponseTopic> = metadata
+        .topics
+        .into_iter()
+        .filter(|t| !t.name.is_empty())
+        .map(|t| {
+            let name = Some(TopicName(StrBytes::from_string(t.name)));
+            let Some(_meta) = t.meta else {
+                return MetadataResponseTopic::default()
+                    .with_name(name)
+                    .with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
+            };
+            let partitions = t
+                .partitions
+                .iter()
+                .enumerate()
+                .map(|(index, p)| {
+                    let leader = node_id(p.owner_core);
+                    MetadataResponsePartition::default()
+                        .with_partition_index(i32::try_from(index).expect("partitions fit i32"))
+                        .with_error_code(if p.state.is_some() {
+                            errors::NONE
+                        } else {
+                            errors::UNKNOWN_TOPIC_OR_PARTITION
+                        })
+                        .with_leader_id(leader)
+                        // v7+ only; -1 (unknown) is what older versions imply.
+                        .with_leader_epoch(if header.api_version >= 7 { 0 } else { -1 })
+                        .with_replica_nodes(vec![leader])
+                        .with_isr_nodes(vec![leader])
+                })
+                .collect();
+            MetadataResponseTopic::default()
+                .with_name(name)
+                .with_partitions(partitions)
+        })
+        .collect();
+    topics.extend(invalid.into_iter().map(|name| {
+        MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(name))))
+            .with_error_code(INVALID_TOPIC_EXCEPTION)
+    }));
+    MetadataResponse::default()
+        .with_brokers(brokers(conn))
+        .with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)))
+        .with_controller_id(node_id(crate::shard::CONTROLLER_CORE))
+        .with_topics(topics)
+}

@@ -1,0 +1,213 @@
+//! Produce: each partition's RecordBatches are checked (CRC, magic, counts, size) and then
+//! stored as they arrived, each inside a pagurus batch (`protocol::kafka::convert`); the
+//! storage rewrites the RecordBatch's base offset when it assigns offsets. A partition's
+//! batches are stored all or none. The reader starts every partition's produce in request
+//! order; the answer waits for all of them (acks=1 and acks=-1 both wait for the fsync
+//! policy's acknowledgement: there are no replicas), and acks=0 gets no answer, as in Kafka.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use tracing::warn;
+
+use super::errors::{
+    self, CORRUPT_MESSAGE, INVALID_RECORD, MESSAGE_TOO_LARGE, NOT_LEADER_OR_FOLLOWER,
+};
+use super::{Conn, Pending, Reply, respond};
+use crate::metrics::counters::Metrics;
+use crate::protocol::kafka::batch::{self, BatchError};
+use crate::protocol::kafka::{RequestHeader, convert};
+use crate::protocol::native::ProduceBatches;
+use crate::protocol::record;
+use crate::shard::Failure;
+use crate::shard::data::{Batches, ProduceInFlight};
+use crate::shard::idempotence::IdempotentBatch;
+use crate::shard::producers::ProducerBatch;
+
+/// One partition's produce, started or refused.
+enum Started {
+    InFlight(ProduceInFlight),
+    Refused(i16, String),
+}
+
+pub(super) async fn start(
+    conn: &Rc<Conn>,
+    header: RequestHeader,
+    request: ProduceRequest,
+) -> Pending {
+    let acks = request.acks;
+    let mut started = Vec::with_capacity(request.topic_data.len());
+    for topic in request.topic_data {
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for p in topic.partition_data {
+            let outcome = if !matches!(acks, -1..=1) {
+                Started::Refused(errors::INVALID_REQUIRED_ACKS, format!("acks={acks}"))
+            } else if request.transactional_id.is_some() {
+                Started::Refused(INVALID_RECORD, "transactions are not supported".into())
+            } else {
+                start_partition(
+                    conn,
+                    &topic.name,
+                    p.index,
+                    p.records.as_deref().unwrap_or(&[]),
+                )
+                .await
+            };
+            partitions.push((p.index, outcome));
+        }
+        started.push((topic.name, partitions));
+    }
+    let conn = Rc::clone(conn);
+    Pending::later(async move {
+        let mut responses = Vec::with_capacity(started.len());
+        for (name, partitions) in started {
+            let mut out = Vec::with_capacity(partitions.len());
+            for (index, outcome) in partitions {
+                out.push(finish(&conn, &name, index, outcome).await);
+            }
+            responses.push(
+                TopicProduceResponse::default()
+                    .with_name(name)
+                    .with_partition_responses(out),
+            );
+        }
+        if acks == 0 {
+            return Reply::none();
+        }
+        Reply::frame(respond(
+            &header,
+            &ProduceResponse::default().with_responses(responses),
+        ))
+    })
+}
+
+async fn finish(
+    conn: &Conn,
+    topic: &TopicName,
+    index: i32,
+    outcome: Started,
+) -> PartitionProduceResponse {
+    let response = PartitionProduceResponse::default()
+        .with_index(index)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1);
+    let (code, message) = match outcome {
+        Started::Refused(code, message) => (code, message),
+        Started::InFlight(produce) => match conn.shard.finish_produce(produce).await {
+            Ok(produced) => {
+                return response
+                    .with_base_offset(i64::try_from(produced.base_offset).unwrap_or(i64::MAX));
+            }
+            Err(failure) => (errors::from_native(failure.code), failure.message),
+        },
+    };
+    if code != NOT_LEADER_OR_FOLLOWER {
+        warn!(topic = %topic.0, partition = index, code, %message, "Kafka produce refused");
+    }
+    response
+        .with_base_offset(-1)
+        .with_error_code(code)
+        .with_error_message(Some(StrBytes::from_string(message)))
+}
+
+/// Checks one partition's batches and starts storing them.
+async fn start_partition(conn: &Conn, topic: &TopicName, index: i32, records: &[u8]) -> Started {
+    let shard = &conn.shard;
+    let Ok(partition) = u32::try_from(index) else {
+        return Started::Refused(
+            errors::UNKNOWN_TOPIC_OR_PARTITION,
+            format!("partition {index}"),
+        );
+    };
+    let name = topic.0.as_bytes();
+    if let Ok(name) = std::str::from_utf8(name)
+        && let Some(meta) = shard.topic(name)
+        && partition < meta.partitions
+        && conn.not_leader(shard.owner(name, partition))
+    {
+        return Started::Refused(
+            NOT_LEADER_OR_FOLLOWER,
+            format!(
+                "{name}/{partition} is led by broker {}",
+                shard.owner(name, partition)
+            ),
+        );
+    }
+    let (pairs, count, producers) = match stored_batches(conn, records) {
+        Ok(stored) => stored,
+        Err((code, message)) => {
+            Metrics::inc(&shard.metrics.bad_batches);
+            return Started::Refused(code, message);
+        }
+    };
+    let limits = shard.config.log.limits;
+    let batches = ProduceBatches::from_validated(count, &pairs, limits);
+    let batches = Batches::Kafka {
+        batches,
+        producers: &producers,
+    };
+    match shard.start_produce(name, partition, batches).await {
+        Ok(in_flight) => Started::InFlight(in_flight),
+        Err(Failure { code, message, .. }) => Started::Refused(errors::from_native(code), message),
+    }
+}
+
+/// The partition's RecordBatches as pagurus batches: `(crc, batch)` pairs as a native
+/// produce carries them, their count, and each one's idempotence fields when the producer
+/// is idempotent. Every batch is checked before any is kept.
+fn stored_batches(conn: &Conn, records: &[u8]) -> Result<Stored, (i16, String)> {
+    let limits = conn.shard.config.log.limits;
+    let mut pairs = Vec::with_capacity(records.len() + records.len() / 8 + 64);
+    let mut count = 0u32;
+    let mut producers = Vec::new();
+    if records.is_empty() {
+        return Err((CORRUPT_MESSAGE, "no record batch".into()));
+    }
+    for checked in batch::produced_batches(records, limits.max_payload_bytes) {
+        let (info, kafka) = checked.map_err(|e| {
+            let code = match e {
+                BatchError::TooLarge { .. } => MESSAGE_TOO_LARGE,
+                _ => CORRUPT_MESSAGE,
+            };
+            (code, e.to_string())
+        })?;
+        if info.transactional || info.control {
+            return Err((
+                INVALID_RECORD,
+                "transactional and control batches are not supported".into(),
+            ));
+        }
+        if info.idempotent() {
+            producers.push(IdempotentBatch {
+                producer: ProducerBatch {
+                    producer_id: info.producer_id,
+                    epoch: info.producer_epoch,
+                    first_sequence: info.base_sequence,
+                    last_sequence: info.last_sequence(),
+                },
+                offsets: info.offsets(),
+            });
+        }
+        let at = pairs.len();
+        pairs.extend_from_slice(&[0; 4]);
+        let mut header = [0u8; record::HEADER_LEN];
+        convert::stored_header(&info, 0).encode(&mut header);
+        pairs.extend_from_slice(&header);
+        pairs.extend_from_slice(kafka);
+        let crc = record::batch_crc(&pairs[at + 4..]);
+        pairs[at..at + 4].copy_from_slice(&crc.to_be_bytes());
+        count += 1;
+    }
+    if !producers.is_empty() && producers.len() != count as usize {
+        return Err((
+            INVALID_RECORD,
+            "idempotent and plain batches mixed in one partition".into(),
+        ));
+    }
+    Ok((pairs, count, producers))
+}
+
+/// `(crc, batch)` pairs, their count, and the idempotence fields of each (or none).
+type Stored = (Vec<u8>, u32, Vec<IdempotentBatch>);

@@ -1,0 +1,239 @@
+//! The group API of [`Shard`]: every call goes to the group's coordinator core (or to every
+//! core), wherever the front-end that calls it runs.
+
+use std::rc::Rc;
+
+use super::calls::*;
+use crate::protocol::native::ErrorCode;
+use crate::protocol::routing::group_coordinator;
+use crate::shard::groups::GroupPartition;
+use crate::shard::membership::JoinRequest;
+use crate::shard::{Failure, Shard};
+
+/// A group described: its membership (if the coordinator has the group) and its
+/// committed offsets with each partition's end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupDescription {
+    pub view: Option<GroupView>,
+    pub offsets: Vec<GroupPartition>,
+}
+
+/// One partition's commit in a fenced commit.
+pub type CommitEntry = (String, u32, u64);
+
+impl Shard {
+    /// The core that coordinates `group`.
+    pub fn coordinator_of(&self, group: &str) -> usize {
+        group_coordinator(group, self.cores())
+    }
+
+    /// Joins (or rejoins) a group and waits until the generation forms.
+    pub async fn join_group(
+        self: &Rc<Self>,
+        group: &[u8],
+        request: JoinRequest,
+    ) -> Result<Joined, Failure> {
+        let group = self.valid_name(group, "group")?.to_string();
+        if request.instance_id.as_deref() == Some("") {
+            return Err(Failure::new(
+                ErrorCode::Malformed,
+                "empty group instance id",
+            ));
+        }
+        for topic in &request.topics {
+            self.valid_name(topic.as_bytes(), "topic")?;
+        }
+        self.route(self.coordinator_of(&group), GroupJoin { group, request })
+            .await
+    }
+
+    /// Sends the member's sync (with every member's assignment from a Kafka leader) and
+    /// waits for its assignment.
+    pub async fn sync_group(
+        self: &Rc<Self>,
+        group: &[u8],
+        member_id: &str,
+        generation: i32,
+        assignments: Vec<(String, Vec<u8>)>,
+    ) -> Result<Synced, Failure> {
+        let group = self.valid_name(group, "group")?.to_string();
+        let call = GroupSync {
+            group,
+            member_id: member_id.to_string(),
+            generation,
+            assignments,
+        };
+        self.route(self.coordinator_of(&call.group), call).await
+    }
+
+    pub async fn heartbeat(
+        self: &Rc<Self>,
+        group: &[u8],
+        member_id: &str,
+        generation: i32,
+    ) -> Result<(), Failure> {
+        let group = self.valid_name(group, "group")?.to_string();
+        let call = GroupHeartbeat {
+            group,
+            member_id: member_id.to_string(),
+            generation,
+        };
+        self.route(self.coordinator_of(&call.group), call).await
+    }
+
+    /// Members leave, each by member id (or, empty, by its instance id); one result each.
+    pub async fn leave_group(
+        self: &Rc<Self>,
+        group: &[u8],
+        members: Vec<(String, Option<String>)>,
+    ) -> Result<Vec<Result<(), Failure>>, Failure> {
+        let group = self.valid_name(group, "group")?.to_string();
+        let owner = self.coordinator_of(&group);
+        self.route(owner, GroupLeave { group, members }).await
+    }
+
+    /// Membership and offsets of a group; `UnknownGroup` if it has neither.
+    pub async fn describe_group_full(
+        self: &Rc<Self>,
+        group: &[u8],
+    ) -> Result<GroupDescription, Failure> {
+        let name = self.valid_name(group, "group")?.to_string();
+        let owner = self.coordinator_of(&name);
+        let view = self
+            .route(
+                owner,
+                GroupDescribe {
+                    group: name.clone(),
+                },
+            )
+            .await?;
+        let offsets = match self.describe_group(group).await {
+            Ok(offsets) => offsets,
+            Err(f) if f.code == ErrorCode::UnknownGroup && view.is_some() => Vec::new(),
+            Err(f) => return Err(f),
+        };
+        Ok(GroupDescription { view, offsets })
+    }
+
+    /// Every group a coordinator holds or with committed offsets, sorted, as (name, state,
+    /// protocol type); a group known only by its offsets is `Empty` with no type.
+    pub async fn group_listings(self: &Rc<Self>) -> Result<Vec<GroupListing>, Failure> {
+        let calls = (0..self.cores()).map(|core| (core, GroupList)).collect();
+        let mut all = Vec::new();
+        for reply in self.on_cores(calls).await {
+            all.extend(reply?);
+        }
+        for name in self.list_groups().await? {
+            if !all.iter().any(|(g, _, _)| *g == name) {
+                all.push((name, "Empty".to_string(), String::new()));
+            }
+        }
+        all.sort();
+        Ok(all)
+    }
+
+    /// Deletes an empty group: its coordinator forgets it and its offsets go.
+    /// `GroupNotEmpty` while it has members, `UnknownGroup` if there was nothing to delete.
+    pub async fn delete_group(self: &Rc<Self>, group: &[u8]) -> Result<(), Failure> {
+        let name = self.valid_name(group, "group")?.to_string();
+        let owner = self.coordinator_of(&name);
+        let forgotten = self
+            .route(
+                owner,
+                GroupForget {
+                    group: name.clone(),
+                },
+            )
+            .await?;
+        let deleted = self.delete_offsets(Some(&name), None, None).await?;
+        if !forgotten && deleted == 0 {
+            return Err(Failure::new(
+                ErrorCode::UnknownGroup,
+                format!("group {name} does not exist"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Deletes committed offsets on every core; returns how many went.
+    pub async fn delete_offsets(
+        self: &Rc<Self>,
+        group: Option<&str>,
+        topic: Option<&str>,
+        partitions: Option<Vec<u32>>,
+    ) -> Result<u64, Failure> {
+        let calls = (0..self.cores())
+            .map(|core| {
+                let call = OffsetsDelete {
+                    group: group.map(str::to_string),
+                    topic: topic.map(str::to_string),
+                    partitions: partitions.clone(),
+                };
+                (core, call)
+            })
+            .collect();
+        let mut deleted = 0;
+        for reply in self.on_cores(calls).await {
+            deleted += reply?;
+        }
+        Ok(deleted)
+    }
+
+    /// OffsetDelete: a group's offsets of some partitions of a topic, refused while the
+    /// group has members.
+    pub async fn delete_group_offsets(
+        self: &Rc<Self>,
+        group: &[u8],
+        topic: &[u8],
+        partitions: Vec<u32>,
+    ) -> Result<u64, Failure> {
+        let name = self.valid_name(group, "group")?.to_string();
+        let topic = self.valid_name(topic, "topic")?.to_string();
+        self.check_commit(&name, "", -1).await.map_err(|_| {
+            Failure::new(
+                ErrorCode::GroupNotEmpty,
+                format!("group {name} has members; its offsets stay while it does"),
+            )
+        })?;
+        self.delete_offsets(Some(&name), Some(&topic), Some(partitions))
+            .await
+    }
+
+    /// Whether `member_id` may commit at `generation` (empty and -1: from outside a
+    /// generation, accepted only while the group has no members).
+    pub async fn check_commit(
+        self: &Rc<Self>,
+        group: &str,
+        member_id: &str,
+        generation: i32,
+    ) -> Result<(), Failure> {
+        let call = GroupCheckCommit {
+            group: group.to_string(),
+            member_id: member_id.to_string(),
+            generation,
+        };
+        self.route(self.coordinator_of(group), call).await
+    }
+
+    /// Commits offsets for a member of a generation: fenced by the coordinator first (a
+    /// member of an older generation, or one the group removed, commits nothing), then
+    /// each stored in its offsets shard. One result per entry.
+    pub async fn commit_offsets_fenced(
+        self: &Rc<Self>,
+        group: &[u8],
+        member_id: &str,
+        generation: i32,
+        entries: Vec<CommitEntry>,
+    ) -> Result<Vec<Result<(), Failure>>, Failure> {
+        let name = self.valid_name(group, "group")?.to_string();
+        self.check_commit(&name, member_id, generation).await?;
+        let mut results = Vec::with_capacity(entries.len());
+        for (topic, partition, offset) in entries {
+            results.push(
+                self.store_offset(group, topic.as_bytes(), partition, offset)
+                    .await,
+            );
+        }
+        Ok(results)
+    }
+}

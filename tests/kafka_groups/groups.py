@@ -1,0 +1,140 @@
+"""Kafka consumer groups against a pagurus broker, with real clients (confluent-kafka's
+librdkafka and kafka-python). Run by tests/kafka_groups.rs: `groups.py BROKER MODE`;
+exits non-zero with a reason on any failure, prints OK on success."""
+import sys
+import time
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+BROKER, MODE = sys.argv[1], sys.argv[2]
+TOPIC = "kgroups"
+PARTITIONS = 4
+RECORDS = 2000
+
+
+def conf(group, name):
+    return {
+        "bootstrap.servers": BROKER,
+        "group.id": group,
+        "client.id": name,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 300,
+        "partition.assignment.strategy": "range",
+    }
+
+
+class Member:
+    def __init__(self, group, name):
+        self.name = name
+        self.assigned = set()
+        self.seen = set()
+        self.first = {}
+        self.c = Consumer(conf(group, name))
+        self.c.subscribe([TOPIC], on_assign=self.on_assign, on_revoke=self.on_revoke)
+
+    def on_assign(self, consumer, partitions):
+        self.assigned = {p.partition for p in partitions}
+
+    def on_revoke(self, consumer, partitions):
+        self.assigned = set()
+
+    def poll(self):
+        m = self.c.poll(0.05)
+        if m is not None and m.error() is None:
+            self.seen.add(m.value().decode())
+            self.first.setdefault(m.partition(), m.offset())
+
+
+def until(secs, what, cond, members):
+    end = time.time() + secs
+    while not cond():
+        if time.time() > end:
+            state = "; ".join(
+                f"{m.name}: assigned {sorted(m.assigned)}, read {len(m.seen)}" for m in members
+            )
+            sys.exit(f"timed out waiting for {what} ({state})")
+        for m in members:
+            m.poll()
+
+
+def create_and_produce():
+    admin = AdminClient({"bootstrap.servers": BROKER})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(10)
+    producer = Producer({"bootstrap.servers": BROKER, "linger.ms": 5})
+    for i in range(RECORDS):
+        producer.produce(TOPIC, value=str(i).encode(), partition=i % PARTITIONS)
+    if producer.flush(30) != 0:
+        sys.exit("produce did not complete")
+    return {str(i) for i in range(RECORDS)}
+
+
+def share():
+    """Two members share the partitions; one commits and leaves midway (close()), the other
+    takes over its partitions and every message is read."""
+    everything = create_and_produce()
+    a, b = Member("share", "a"), Member("share", "b")
+    both = [a, b]
+    until(30, "two members with two partitions each",
+          lambda: len(a.assigned) == 2 and len(b.assigned) == 2
+          and a.assigned | b.assigned == set(range(PARTITIONS)), both)
+    until(30, "both members reading", lambda: len(a.seen) > 50 and len(b.seen) > 50, both)
+    a.c.commit(asynchronous=False)
+    a.c.close()
+    until(30, "b takes over every partition", lambda: b.assigned == set(range(PARTITIONS)), [b])
+    until(30, "every message read", lambda: a.seen | b.seen >= everything, [b])
+    b.c.close()
+
+
+def commit():
+    """A member reads part of each partition and commits exact offsets."""
+    create_and_produce()
+    m = Member("resume", "r1")
+    until(30, "an assignment", lambda: m.assigned == set(range(PARTITIONS)), [m])
+    offsets = [TopicPartition(TOPIC, p, 100 + 7 * p) for p in range(PARTITIONS)]
+    m.c.commit(offsets=offsets, asynchronous=False)
+    m.c.close()
+
+
+def resume():
+    """After the consumer and the broker restarted, a member of the group finds its commits
+    and reads each partition from exactly there."""
+    m = Member("resume", "r2")
+    until(30, "an assignment", lambda: m.assigned == set(range(PARTITIONS)), [m])
+    committed = m.c.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], 10)
+    got = {tp.partition: tp.offset for tp in committed}
+    want = {p: 100 + 7 * p for p in range(PARTITIONS)}
+    if got != want:
+        sys.exit(f"committed offsets {got}, expected {want}")
+    until(30, "a record from every partition", lambda: len(m.first) == PARTITIONS, [m])
+    if m.first != want:
+        sys.exit(f"first offsets read {m.first}, expected the commits {want}")
+    m.c.close()
+
+
+def admin():
+    """kafka-python lists and describes groups (one with a member, one with offsets only)."""
+    from kafka.admin import KafkaAdminClient
+
+    m = Member("listed", "l1")
+    until(30, "an assignment", lambda: m.assigned == set(range(PARTITIONS)), [m])
+    client = KafkaAdminClient(bootstrap_servers=BROKER, request_timeout_ms=10000)
+    listed = {g[0] for g in client.list_consumer_groups()}
+    if not {"listed", "resume"} <= listed:
+        sys.exit(f"listed groups {sorted(listed)}")
+    described = {g.group: g for g in client.describe_consumer_groups(["listed", "resume"])}
+    live = described["listed"]
+    if live.state != "Stable" or len(live.members) != 1 or live.protocol != "range":
+        sys.exit(f"listed described as {live}")
+    if live.members[0].client_id != "l1":
+        sys.exit(f"member described as {live.members[0]}")
+    if described["resume"].state != "Empty":
+        sys.exit(f"resume described as {described['resume']}")
+    m.c.close()
+    client.close()
+
+
+{"share": share, "commit": commit, "resume": resume, "admin": admin}[MODE]()
+print("OK")

@@ -1,0 +1,224 @@
+//! The Kafka front-end at the byte level, over a raw socket with requests built by the
+//! `kafka-protocol` crate: idempotent retries, sequence and epoch errors, bad batches,
+//! NOT_LEADER_OR_FOLLOWER on the wrong core's port, unsupported APIs.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use common::Broker;
+use indexmap::IndexMap;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{
+    ApiKey, CreateTopicsRequest, ProduceRequest, ProduceResponse, RequestHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+struct Conn {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Conn {
+    fn connect(addr: SocketAddr) -> Conn {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        Conn {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    /// Sends one request and returns the response body after its header.
+    fn call<R: Encodable>(&mut self, key: ApiKey, version: i16, request: &R) -> Bytes {
+        self.correlation_id += 1;
+        let mut body = BytesMut::new();
+        RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("wire-test")))
+            .encode(&mut body, key.request_header_version(version))
+            .unwrap();
+        request.encode(&mut body, version).unwrap();
+        self.send_raw(&body);
+        let mut response = self.read_frame();
+        let correlation_id = i32::from_be_bytes(response[..4].try_into().unwrap());
+        assert_eq!(correlation_id, self.correlation_id);
+        let header_len = if key.response_header_version(version) >= 1 {
+            5
+        } else {
+            4
+        };
+        response.split_off(header_len)
+    }
+
+    fn send_raw(&mut self, body: &[u8]) {
+        let mut frame = (body.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(body);
+        self.stream.write_all(&frame).unwrap();
+    }
+
+    fn read_frame(&mut self) -> Bytes {
+        let mut size = [0u8; 4];
+        self.stream.read_exact(&mut size).unwrap();
+        let mut response = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream.read_exact(&mut response).unwrap();
+        Bytes::from(response)
+    }
+}
+
+fn batch(producer_id: i64, epoch: i16, first_sequence: i32, count: i32) -> Bytes {
+    let records: Vec<Record> = (0..count)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: if producer_id >= 0 {
+                first_sequence + i
+            } else {
+                -1
+            },
+            timestamp: 1_700_000_000_000,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(Bytes::from(format!("v{first_sequence}-{i}"))),
+            headers: IndexMap::new(),
+        })
+        .collect();
+    let mut out = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut out,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    out.freeze()
+}
+
+/// Produces `records` to `topic`/0 with acks=-1 at v7; returns (error code, base offset).
+fn produce(conn: &mut Conn, topic: &str, records: Bytes) -> (i16, i64) {
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(records)),
+                ]),
+        ]);
+    let mut body = conn.call(ApiKey::Produce, 7, &request);
+    let response = ProduceResponse::decode(&mut body, 7).unwrap();
+    let p = &response.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+fn start() -> (tempfile::TempDir, Broker) {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    (dir, broker)
+}
+
+fn create(conn: &mut Conn, topic: &str) {
+    let request = CreateTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![
+            kafka_protocol::messages::create_topics_request::CreatableTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_num_partitions(1)
+                .with_replication_factor(1),
+        ]);
+    let mut body = conn.call(ApiKey::CreateTopics, 5, &request);
+    let response = kafka_protocol::messages::CreateTopicsResponse::decode(&mut body, 5).unwrap();
+    assert_eq!(response.topics[0].error_code, 0, "{response:?}");
+}
+
+#[test]
+fn idempotent_retries_sequences_and_epochs() {
+    let (_dir, mut broker) = start();
+    let mut conn = Conn::connect(broker.addr);
+    create(&mut conn, "idem");
+    const PID: i64 = 4242;
+    assert_eq!(produce(&mut conn, "idem", batch(PID, 0, 0, 10)), (0, 0));
+    assert_eq!(produce(&mut conn, "idem", batch(PID, 0, 10, 5)), (0, 10));
+    // A retry of the last batch: its original offset, stored once.
+    assert_eq!(produce(&mut conn, "idem", batch(PID, 0, 10, 5)), (0, 10));
+    // A gap in the sequence: OUT_OF_ORDER_SEQUENCE_NUMBER.
+    assert_eq!(produce(&mut conn, "idem", batch(PID, 0, 20, 1)).0, 45);
+    assert_eq!(produce(&mut conn, "idem", batch(PID, 0, 15, 1)), (0, 15));
+    // A newer epoch starts at 0 and fences the older one.
+    assert_eq!(produce(&mut conn, "idem", batch(PID, 1, 0, 1)), (0, 16));
+    assert_eq!(produce(&mut conn, "idem", batch(PID, 0, 16, 1)).0, 47);
+    // Plain batches are not checked.
+    assert_eq!(produce(&mut conn, "idem", batch(-1, -1, -1, 3)), (0, 17));
+
+    // After a restart the table is rebuilt from the log: the retry is still recognised.
+    drop(conn);
+    broker.terminate();
+    broker.restart();
+    let mut conn = Conn::connect(broker.addr);
+    assert_eq!(produce(&mut conn, "idem", batch(PID, 1, 0, 1)), (0, 16));
+    assert_eq!(produce(&mut conn, "idem", batch(PID, 1, 1, 2)), (0, 20));
+}
+
+#[test]
+fn bad_batches_wrong_core_and_unsupported_apis() {
+    let (_dir, broker) = start();
+    let mut conn = Conn::connect(broker.addr);
+    create(&mut conn, "bad");
+    // A flipped byte inside the CRC's range: CORRUPT_MESSAGE, nothing stored.
+    let good = batch(-1, -1, -1, 4);
+    let mut bad = good.to_vec();
+    let last = bad.len() - 1;
+    bad[last] ^= 0xff;
+    assert_eq!(produce(&mut conn, "bad", Bytes::from(bad)).0, 2);
+    // Two batches, the second broken: neither is stored.
+    let mut two = good.to_vec();
+    let mut broken = good.to_vec();
+    broken[16] = 1; // magic 1
+    two.extend_from_slice(&broken);
+    assert_eq!(produce(&mut conn, "bad", Bytes::from(two)).0, 2);
+    assert_eq!(produce(&mut conn, "bad", good.clone()), (0, 0));
+
+    // The partition's owner is one core; the other core's shard port says NOT_LEADER.
+    let owner = pagurus::protocol::routing::partition_owner("bad", 0, 2);
+    let other = 1 - owner;
+    let port = |core: usize| broker.addr.port() + 1 + core as u16;
+    let mut wrong = Conn::connect(SocketAddr::from(([127, 0, 0, 1], port(other))));
+    assert_eq!(produce(&mut wrong, "bad", good.clone()).0, 6);
+    let mut right = Conn::connect(SocketAddr::from(([127, 0, 0, 1], port(owner))));
+    assert_eq!(produce(&mut right, "bad", good.clone()), (0, 4));
+
+    // An API pagurus does not serve (DescribeAcls, key 29): UNSUPPORTED_VERSION under the
+    // request's correlation id, and the connection stays usable.
+    let mut body = BytesMut::new();
+    RequestHeader::default()
+        .with_request_api_key(29)
+        .with_request_api_version(1)
+        .with_correlation_id(777)
+        .encode(&mut body, 1)
+        .unwrap();
+    body.extend_from_slice(&[0; 16]);
+    conn.send_raw(&body);
+    let answer = conn.read_frame();
+    assert_eq!(&answer[..4], &777i32.to_be_bytes());
+    assert_eq!(&answer[4..6], &35i16.to_be_bytes());
+    assert_eq!(produce(&mut conn, "bad", good), (0, 8));
+}
