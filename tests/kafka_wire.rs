@@ -81,6 +81,7 @@ fn batch(producer_id: i64, epoch: i16, first_sequence: i32, count: i32) -> Bytes
         .map(|i| Record {
             transactional: false,
             control: false,
+            delete_horizon: false,
             partition_leader_epoch: -1,
             producer_id,
             producer_epoch: epoch,

@@ -76,10 +76,11 @@ async fn metadata(
                     invalid.push(name);
                     continue;
                 }
-                if auto_create && shard.topic(&name).is_none() {
-                    if let Err(failure) = shard.topic_on_demand(name.as_bytes()).await {
-                        debug!(topic = %name, error = %failure.message, "topic not created for Metadata");
-                    }
+                if auto_create
+                    && shard.topic(&name).is_none()
+                    && let Err(failure) = shard.topic_on_demand(name.as_bytes()).await
+                {
+                    debug!(topic = %name, error = %failure.message, "topic not created for Metadata");
                 }
                 valid.push(name);
             }
