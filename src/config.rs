@@ -21,6 +21,9 @@ pub struct BrokerConfig {
     pub connections_max: usize,
     /// A connection that sends nothing for this long is closed.
     pub idle_timeout: Duration,
+    /// A request (native frame, HermitMQ v1 batch) must arrive whole within this time of
+    /// its first bytes.
+    pub request_timeout: Duration,
     /// A connection must say which protocol it speaks within this time.
     pub handshake_timeout: Duration,
     /// Topics the broker holds at most.
@@ -68,6 +71,7 @@ impl Default for BrokerConfig {
             log: LogConfig::default(),
             connections_max: 10_000,
             idle_timeout: Duration::from_secs(300),
+            request_timeout: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
             topics_max: 10_000,
             in_flight_max: 256,

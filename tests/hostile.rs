@@ -9,34 +9,18 @@
 
 mod common;
 
-use std::collections::HashMap;
-use std::io::{ErrorKind, Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use common::Broker;
+use common::raw::{assert_closed_within, counters, is_closed, native_preface, produce_frame};
 use pagurus::client::ClientError;
 use pagurus::client::blocking::Client;
 use pagurus::protocol::hermit;
 use pagurus::protocol::native::{self, ErrorCode, OffsetSpec, TopicSettings};
 use pagurus::protocol::record::{self, HEADER_LEN, encode_batch};
 use pagurus::protocol::wire::Put;
-
-/// Every counter of every core, summed, from the broker's "core stopped" log lines.
-fn counters(broker: &mut Broker) -> HashMap<String, u64> {
-    assert!(broker.terminate().success(), "broker exits cleanly");
-    let log = broker.log_text();
-    let mut sums = HashMap::new();
-    for line in log.lines().filter(|l| l.contains("core stopped")) {
-        for item in line.split("(\"").skip(1) {
-            let (name, rest) = item.split_once("\", ").expect("(name, value)");
-            let value: u64 = rest.split(')').next().unwrap().parse().unwrap();
-            *sums.entry(name.to_string()).or_insert(0) += value;
-        }
-    }
-    assert!(!sums.is_empty(), "no counters in the log:\n{log}");
-    sums
-}
 
 /// A field of `/proc/<pid>/status` in KiB (`VmRSS`, `VmHWM`).
 fn status_kib(pid: i32, field: &str) -> u64 {
@@ -59,80 +43,6 @@ fn code(result: Result<impl std::fmt::Debug, ClientError>) -> ErrorCode {
     error
         .code()
         .unwrap_or_else(|| panic!("expected a broker error, got {error:?}"))
-}
-
-/// Waits (up to `limit`) for the broker to close `stream`, reading and discarding whatever
-/// it still sends; panics if it does not.
-fn assert_closed_within(stream: &mut TcpStream, limit: Duration) {
-    let deadline = Instant::now() + limit;
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        assert!(!left.is_zero(), "the broker did not close the connection");
-        stream.set_read_timeout(Some(left)).unwrap();
-        match stream.read(&mut buf) {
-            Ok(0) => return,
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => return,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                panic!("the broker did not close the connection")
-            }
-            Err(e) => panic!("read failed: {e}"),
-        }
-    }
-}
-
-fn native_preface(addr: SocketAddr) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.write_all(&native::preface(native::VERSION)).unwrap();
-    let mut answer = [0u8; native::PREFACE_LEN];
-    stream.read_exact(&mut answer).unwrap();
-    stream
-}
-
-/// Sends `bytes` one at a time, `gap` apart, until the broker closes the connection;
-/// returns how many it took. Panics if every byte was taken.
-fn dribble(stream: &mut TcpStream, bytes: &[u8], gap: Duration) -> usize {
-    for (i, byte) in bytes.iter().enumerate() {
-        if stream.write_all(&[*byte]).is_err() {
-            return i;
-        }
-        std::thread::sleep(gap);
-        // A closed connection shows as end of stream before a write fails.
-        if is_closed(stream) {
-            return i + 1;
-        }
-    }
-    panic!("the broker took all {} bytes", bytes.len());
-}
-
-/// Whether the broker closed `stream` (without waiting; bytes it sent are discarded).
-fn is_closed(stream: &TcpStream) -> bool {
-    stream.set_nonblocking(true).unwrap();
-    let mut probe = [0u8; 64];
-    let closed = match (&*stream).read(&mut probe) {
-        Ok(n) => n == 0,
-        Err(e) => e.kind() != ErrorKind::WouldBlock,
-    };
-    stream.set_nonblocking(false).unwrap();
-    closed
-}
-
-/// A native produce frame of one batch, whole.
-fn produce_frame(topic: &str, payload: &[u8]) -> Vec<u8> {
-    let batch = encode_batch(0, b"", payload, 1);
-    let mut body = Vec::new();
-    body.put_u16(native::ApiKey::Produce as u16);
-    body.put_u16(native::VERSION);
-    body.put_u32(1);
-    body.put_string(topic.as_bytes());
-    body.put_u32(0);
-    body.put_u32(1);
-    native::push_produce_batch(&mut body, &batch);
-    let mut frame = Vec::new();
-    frame.put_u32(body.len() as u32);
-    frame.extend_from_slice(&body);
-    frame
 }
 
 #[test]
@@ -200,7 +110,7 @@ fn traversal_names_are_refused_by_every_api() {
 }
 
 /// Headers announcing the largest batch the limits allow, whose bytes never come: the
-/// broker must not reserve memory for them, and drops each connection at the idle timeout.
+/// broker must not reserve memory for them, and drops each connection at the request timeout.
 #[test]
 fn announced_but_unsent_batches_hold_no_memory() {
     const CLIENTS: usize = 20;
@@ -208,7 +118,7 @@ fn announced_but_unsent_batches_hold_no_memory() {
     let mut broker = Broker::start_in(
         &dir.path().join("data"),
         2,
-        &["--idle-timeout-ms", "3000", "--fsync", "never"],
+        &["--request-timeout-ms", "3000", "--fsync", "never"],
     );
     let limits = pagurus::limits::Limits::default();
     let rss_before = status_kib(broker.pid(), "VmRSS");
@@ -271,83 +181,8 @@ fn announced_but_unsent_batches_hold_no_memory() {
     assert!(
         broker
             .log_text()
-            .contains("not complete within the idle timeout of its first bytes")
+            .contains("not complete within the request timeout of its first bytes")
     );
-}
-
-/// A byte at a time, each within the read timeout: the handshake, a native frame and a v1
-/// batch are each cut off by their deadline, not kept open for as long as the client likes.
-#[test]
-fn slowloris_is_cut_off() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut broker = Broker::start_in(
-        &dir.path().join("data"),
-        1,
-        &[
-            "--idle-timeout-ms",
-            "1500",
-            "--handshake-timeout-ms",
-            "1000",
-        ],
-    );
-    let gap = Duration::from_millis(200);
-
-    let mut handshake = TcpStream::connect(broker.addr).unwrap();
-    let long_hello = hermit::encode_consumer_hello(&"g".repeat(200), "t", 0);
-    let taken = dribble(&mut handshake, &long_hello, gap);
-    assert!(taken < long_hello.len());
-
-    let mut native_stream = native_preface(broker.addr);
-    let frame = produce_frame("slow", &[7u8; 400]);
-    let taken = dribble(&mut native_stream, &frame, gap);
-    assert!(taken < frame.len());
-
-    let mut v1 = TcpStream::connect(broker.addr).unwrap();
-    v1.write_all(&hermit::encode_producer_hello("slow", 0))
-        .unwrap();
-    let batch = encode_batch(0, b"", &[7u8; 400], 1);
-    let taken = dribble(&mut v1, &batch, gap);
-    assert!(taken < batch.len());
-
-    // Nothing of the slow requests was stored; the broker serves the well-behaved.
-    let mut client = broker.client();
-    let fetched = client.fetch("slow", 0, 0, 1 << 20, Duration::ZERO).unwrap();
-    assert!(fetched.batches.is_empty());
-    drop(client);
-    let counted = counters(&mut broker);
-    assert!(counted["requests_too_slow"] >= 2, "{counted:?}");
-    assert!(counted["connections_timed_out"] >= 3, "{counted:?}");
-}
-
-/// Half a frame, then silence or a hang-up: the broker closes the silent one at the idle
-/// timeout and forgets the other, storing nothing of either.
-#[test]
-fn truncated_frames_are_dropped() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut broker = Broker::start_in(&dir.path().join("data"), 2, &["--idle-timeout-ms", "1000"]);
-    let frame = produce_frame("cut", b"never whole");
-    for cut in [2, 4, 10, frame.len() - 1] {
-        let mut silent = native_preface(broker.addr);
-        silent.write_all(&frame[..cut]).unwrap();
-        assert_closed_within(&mut silent, Duration::from_secs(20));
-
-        let mut gone = native_preface(broker.addr);
-        gone.write_all(&frame[..cut]).unwrap();
-        drop(gone);
-    }
-    let mut v1 = TcpStream::connect(broker.addr).unwrap();
-    v1.write_all(&hermit::encode_producer_hello("cut", 0))
-        .unwrap();
-    v1.write_all(&encode_batch(0, b"", b"never whole", 1)[..HEADER_LEN + 3])
-        .unwrap();
-    assert_closed_within(&mut v1, Duration::from_secs(20));
-
-    let mut client = broker.client();
-    let fetched = client.fetch("cut", 0, 0, 1 << 20, Duration::ZERO).unwrap();
-    assert!(fetched.batches.is_empty(), "nothing partial was stored");
-    drop(client);
-    let counted = counters(&mut broker);
-    assert!(counted["requests_too_slow"] >= 5, "{counted:?}");
 }
 
 /// Many connections that never say anything, or stop after the preface: each costs the

@@ -40,6 +40,10 @@ pub struct ServeArgs {
     /// Close a connection that sends nothing for this long.
     #[arg(long, env = "PAGURUS_IDLE_TIMEOUT_MS", default_value_t = 300_000)]
     pub idle_timeout_ms: u64,
+    /// Close a connection whose request (native frame, HermitMQ v1 batch) has not arrived
+    /// whole this long after its first bytes.
+    #[arg(long, env = "PAGURUS_REQUEST_TIMEOUT_MS", default_value_t = 30_000)]
+    pub request_timeout_ms: u64,
     /// Close a connection that has not named its protocol within this time.
     #[arg(long, env = "PAGURUS_HANDSHAKE_TIMEOUT_MS", default_value_t = 10_000)]
     pub handshake_timeout_ms: u64,
@@ -96,6 +100,7 @@ impl ServeArgs {
             },
             connections_max: self.max_connections,
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
             handshake_timeout: Duration::from_millis(self.handshake_timeout_ms),
             topics_max: self.max_topics,
             compaction: CompactionConfig {

@@ -154,7 +154,8 @@ async fn producer(
         }
     };
     let limits = shard.config.log.limits;
-    let mut deadline = RequestDeadline::new(shard.config.idle_timeout);
+    let mut deadline =
+        RequestDeadline::new(shard.config.idle_timeout, shard.config.request_timeout);
     loop {
         // The header first: magic and sizes are checked before the body is waited for.
         let header = loop {
@@ -225,8 +226,8 @@ fn too_slow(shard: &Shard, received_bytes: usize, error: io::Error) -> io::Error
         Metrics::inc(&shard.metrics.requests_too_slow);
         warn!(
             received_bytes,
-            timeout = ?shard.config.idle_timeout,
-            "HermitMQ batch not complete within the idle timeout of its first bytes; connection closed"
+            timeout = ?shard.config.request_timeout,
+            "HermitMQ batch not complete within the request timeout of its first bytes; connection closed"
         );
     }
     error

@@ -46,16 +46,19 @@ pub async fn write_all(stream: &RefCell<TcpStream>, mut buf: &[u8]) -> io::Resul
 
 /// Bounds how long one request may take to arrive. A read timeout alone restarts with
 /// every byte, so a client sending a byte a second would hold its connection (and the
-/// request's buffer) forever; this gives the whole request `limit` from its first bytes.
+/// request's buffer) forever; this gives the whole request `request_limit` from its first
+/// bytes, and the wait between requests `idle_limit`.
 pub struct RequestDeadline {
-    limit: Duration,
+    idle_limit: Duration,
+    request_limit: Duration,
     started: Option<Instant>,
 }
 
 impl RequestDeadline {
-    pub fn new(limit: Duration) -> Self {
+    pub fn new(idle_limit: Duration, request_limit: Duration) -> Self {
         RequestDeadline {
-            limit,
+            idle_limit,
+            request_limit,
             started: None,
         }
     }
@@ -65,8 +68,10 @@ impl RequestDeadline {
         self.started = None;
     }
 
-    /// Sets the read timeout of the next read: the idle limit between requests, the time
-    /// left in the middle of one. `TimedOut` if none is left.
+    /// Sets the read timeout of the next read: the idle limit between requests; in the
+    /// middle of one, the time left of the request limit (and never more than the idle
+    /// limit: a silence that long closes the connection wherever it falls). `TimedOut` if
+    /// none is left.
     pub fn before_read(
         &mut self,
         stream: &RefCell<TcpStream>,
@@ -74,16 +79,16 @@ impl RequestDeadline {
     ) -> io::Result<()> {
         let timeout = if mid_request {
             let started = *self.started.get_or_insert_with(Instant::now);
-            let left = self.limit.saturating_sub(started.elapsed());
+            let left = self.request_limit.saturating_sub(started.elapsed());
             if left.is_zero() {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
-                    "request not complete within the idle timeout",
+                    "request not complete within the request timeout",
                 ));
             }
-            left
+            left.min(self.idle_limit)
         } else {
-            self.limit
+            self.idle_limit
         };
         stream.borrow().set_read_timeout(Some(timeout))?;
         Ok(())

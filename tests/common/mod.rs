@@ -12,6 +12,7 @@ use pagurus::client::blocking::Client;
 
 pub mod ledger;
 pub mod powerfs;
+pub mod raw;
 
 pub struct Broker {
     child: Option<Child>,

@@ -132,7 +132,8 @@ async fn reader_loop(
     // Allocated by the first read, and then only as large as the client needs.
     let mut buf = BytesMut::new();
     let mut boundary_read_bytes = BOUNDARY_READ_BYTES;
-    let mut deadline = RequestDeadline::new(shard.config.idle_timeout);
+    let mut deadline =
+        RequestDeadline::new(shard.config.idle_timeout, shard.config.request_timeout);
     loop {
         match native::check_frame(&buf, body_max) {
             FrameCheck::Complete { frame_bytes } => {
@@ -249,8 +250,8 @@ fn too_slow(shard: &Shard, received_bytes: usize, error: io::Error) -> io::Error
     Metrics::inc(&shard.metrics.requests_too_slow);
     warn!(
         received_bytes,
-        timeout = ?shard.config.idle_timeout,
-        "request not complete within the idle timeout of its first bytes; connection closed"
+        timeout = ?shard.config.request_timeout,
+        "request not complete within the request timeout of its first bytes; connection closed"
     );
     error
 }
