@@ -8,6 +8,10 @@
 #   QUICK=1 scripts/bench.sh          # shorter runs, 128 MB catch-up: a smoke test
 #   CLIENT=blocking scripts/bench.sh  # drive the broker with the blocking client instead
 #   CORES=2 PARTITIONS=4 CATCHUP_MB=2048 DURATION=20 scripts/bench.sh
+#   BROKER_CPUS=0 CLIENT_CPUS=1 scripts/bench.sh   # broker and client pinned apart (taskset)
+#
+# Pinning tells the broker's latency from the client's: unpinned, both compete for the same
+# CPUs; pinned, the broker has only BROKER_CPUS. Report both configurations (LATENCY.md).
 #
 # Workloads:
 #   (a) HermitMQ's: 10 producers x 100,000 records of 28 B, batches of 100, one batch in
@@ -27,6 +31,9 @@ PARTITIONS=${PARTITIONS:-4}
 CATCHUP_MB=${CATCHUP_MB:-1024}
 CATCHUP_SIZE=${CATCHUP_SIZE:-100}
 DURATION=${DURATION:-10}
+BROKER_PIN=(); CLIENT_PIN=()
+if [ -n "${BROKER_CPUS:-}" ]; then BROKER_PIN=(taskset -c "$BROKER_CPUS"); fi
+if [ -n "${CLIENT_CPUS:-}" ]; then CLIENT_PIN=(taskset -c "$CLIENT_CPUS"); fi
 if [ "$QUICK" = 1 ]; then DURATION=3; CATCHUP_MB=${CATCHUP_MB_QUICK:-128}; fi
 command -v python3 >/dev/null || { echo "bench.sh needs python3"; exit 1; }
 cargo build --release --quiet
@@ -41,7 +48,7 @@ trap cleanup EXIT
 start_broker() { # fsync policy
   PORT=$((12000 + RANDOM % 18000))  # below the ephemeral range (32768+), where shard ports (PORT+1+core) could collide with outgoing connections
   rm -rf "$WORK/data"
-  "$BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --cores "$CORES" --fsync "$1" \
+  "${BROKER_PIN[@]}" "$BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --cores "$CORES" --fsync "$1" \
     2>"$OUT/broker-$1.log" &
   BROKER=$!
   for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.05; done
@@ -52,7 +59,7 @@ stop_broker() { kill -TERM "$BROKER"; wait "$BROKER" || true; BROKER=""; }
 bench() { # label, args...
   local label=$1; shift
   echo ">> $label: pagurus bench $*" >&2
-  "$BIN" bench --broker 127.0.0.1:$PORT --client "${BENCH_CLIENT:-$CLIENT}" --threads "$THREADS" --json --quiet \
+  "${CLIENT_PIN[@]}" "$BIN" bench --broker 127.0.0.1:$PORT --client "${BENCH_CLIENT:-$CLIENT}" --threads "$THREADS" --json --quiet \
     --out "$OUT" --label "$label" "$@" > "$OUT/$label.json"
 }
 
@@ -124,7 +131,8 @@ ALLOCS=$(cargo bench --quiet --bench ingest_alloc -- "${ALLOC_ARGS[@]}" 2>/dev/n
 {
   echo "# pagurus bench, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
-  echo "$(nproc) CPUs, $(uname -r), broker --cores ${CORES} (0 = all), clients on the same machine:"
+  echo "$(nproc) CPUs, $(uname -r), broker --cores ${CORES} (0 = all), clients on the same machine,"
+  echo "broker CPUs: ${BROKER_CPUS:-any}, client CPUs: ${CLIENT_CPUS:-any}:"
   echo "the $CLIENT client ($THREADS bench thread(s) with the glommio client). Latencies in"
   echo "microseconds; ack = produce acknowledgement, e2e = produce to consume, both from the"
   echo "intended send time (open loop). MB/s counts record bytes."

@@ -10,8 +10,16 @@
 #   WORKLOAD=half scripts/latency-probe.sh       # 10 producers, 4 partitions, batch 100, open loop
 #   BATCHES=5000 POLICIES="always" scripts/latency-probe.sh
 #   TASKSET=1 scripts/latency-probe.sh           # broker on CPU 0, bench client on CPU 1
+#   LOOPFS=1 scripts/latency-probe.sh            # data on a private ext4 (loop device)
 #
-# Needs root (or perf_event_paranoid <= -1) and Debian's linux-perf.
+# With LOOPFS=1 the data directory is on an ext4 file system of its own (a 2 GiB image in a
+# loop device), so the journal commits of that file system (`jbd2:jbd2_start_commit`,
+# counted machine-wide and filtered by device) are the broker's alone: whether an fdatasync
+# committed the journal shows per batch. Its flushes go to the image file, not the disk, so
+# its latencies mean even less.
+#
+# Needs root (or perf_event_paranoid <= -1) and Debian's linux-perf (and e2fsprogs for
+# LOOPFS).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v perf >/dev/null || { echo "latency-probe.sh needs perf (apt-get install linux-perf)"; exit 1; }
@@ -25,8 +33,25 @@ cargo build --release --quiet
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
 WORK=$(mktemp -d)
 BROKER=""
-cleanup() { [ -n "$BROKER" ] && kill -9 "$BROKER" 2>/dev/null || true; rm -rf "$WORK"; }
+LOOP=""
+cleanup() {
+  [ -n "$BROKER" ] && kill -9 "$BROKER" 2>/dev/null || true
+  if [ -n "$LOOP" ]; then umount "$WORK/fs" 2>/dev/null || true; losetup -d "$LOOP" || true; fi
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
+DATA=$WORK/data
+JOURNAL=()
+if [ "${LOOPFS:-0}" = 1 ]; then
+  truncate -s 2G "$WORK/image"
+  LOOP=$(losetup --find --show "$WORK/image")
+  mkfs.ext4 -q -F "$LOOP"
+  mkdir -p "$WORK/fs" && mount "$LOOP" "$WORK/fs"
+  DATA=$WORK/fs/data
+  # The kernel's dev_t of the loop device: major << 20 | minor.
+  DEVT=$(( ($(stat -c '0x%t' "$LOOP") << 20) | $(stat -c '0x%T' "$LOOP") ))
+  JOURNAL=(-a -e jbd2:jbd2_start_commit --filter "dev == $DEVT")
+fi
 BROKER_PIN=(); CLIENT_PIN=()
 if [ "$TASKSET" = 1 ]; then BROKER_PIN=(taskset -c 0); CLIENT_PIN=(taskset -c 1); fi
 
@@ -39,11 +64,15 @@ EVENTS+=,sched:sched_wakeup,context-switches,cpu-migrations
 
 for policy in $POLICIES; do
   PORT=$((12000 + RANDOM % 18000))
-  rm -rf "$WORK/data"
+  rm -rf "$DATA"
+  if [ ${#JOURNAL[@]} -gt 0 ]; then
+    perf stat -x, -o "$WORK/journal-$policy.csv" "${JOURNAL[@]}" &
+    JPERF=$!
+  fi
   # jbd2 commits run in the journal's kernel thread: counted for the whole machine (-a),
   # so other load on the same file system adds to them; everything else is the broker's.
   perf stat -x, -o "$WORK/perf-$policy.csv" -e "$EVENTS" -- \
-    "${BROKER_PIN[@]}" "$BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --cores "$CORES" \
+    "${BROKER_PIN[@]}" "$BIN" serve --data-dir "$DATA" --listen 127.0.0.1:$PORT --cores "$CORES" \
     --fsync "$policy" 2>"$WORK/broker-$policy.log" &
   PERF=$!
   for _ in $(seq 100); do BROKER=$(pgrep -P "$PERF" || true); [ -n "$BROKER" ] && break; sleep 0.05; done
@@ -59,6 +88,10 @@ for policy in $POLICIES; do
   # TERM the broker itself (perf does not pass signals on); perf writes its counts when
   # its child exits.
   kill -TERM "$BROKER"; wait "$PERF" || true; BROKER=""
+  if [ ${#JOURNAL[@]} -gt 0 ]; then
+    kill -INT "$JPERF"; wait "$JPERF" || true
+    sed 's/jbd2:jbd2_start_commit/jbd2:jbd2_start_commit (this file system)/' "$WORK/journal-$policy.csv" >>"$WORK/perf-$policy.csv"
+  fi
   python3 - "$WORK/perf-$policy.csv" "$BATCHES" "$policy" "$WORKLOAD" "$WORK/bench-$policy.json" <<'PY'
 import json, sys
 path, batches, policy, workload = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]

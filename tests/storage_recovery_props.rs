@@ -18,7 +18,8 @@
 //!    read passes its CRC, and that damage to unsynced bytes only kept all K durable batches.
 //!    From the damaged byte the test also knows how many batches the scanner rules of
 //!    `storage::recovery` keep (the batches before the first one the damage touched, or all
-//!    of them when only index entries are lost, which are rebuilt from the WAL), and checks
+//!    of them when an index file is cut short or deleted: the entries past its end are
+//!    rebuilt from the WAL), and checks
 //!    that number exactly; a segment cut in the middle must send the later ones to
 //!    `quarantine/`, none may vanish, and a second recovery must not move any;
 //! 5. crash and reopen again: recovery is idempotent; append one batch and read it back; crash
@@ -679,9 +680,10 @@ struct Applied {
 }
 
 /// How many batches survive when `.idx` slot `p / 32` of `segment` changes from `before` to
-/// `after`, the slots after it being intact or empty: all of them if the slot is unchanged,
-/// reads as empty (its entry is rebuilt from the WAL), or lies past the last batch (it is
-/// dropped); else the batches before it.
+/// `after`, the slots after it being intact or empty: all of them if the slot is unchanged
+/// or lies past the last batch (it is dropped); else the batches before it. A slot that now
+/// reads as empty cuts there too: inside the file, an empty slot is an entry that never
+/// became durable (`storage::recovery`, `Unindexed`).
 fn keep_after_slot_change(
     layout: &Layout,
     segment: usize,
@@ -690,7 +692,7 @@ fn keep_after_slot_change(
     after: &[u8],
 ) -> usize {
     match layout.batch_at_idx(segment, p) {
-        Some(batch) if before != after && !IndexEntry::is_empty_slot(after) => batch,
+        Some(batch) if before != after => batch,
         _ => layout.total(),
     }
 }

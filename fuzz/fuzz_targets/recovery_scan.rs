@@ -77,7 +77,18 @@ fn check(base: u64, wal: &[u8], idx: Option<&[u8]>, limits: &Limits) -> ScanOutc
     };
 
     assert!(out.wal_len_valid <= wal.len() as u64);
-    assert_eq!(out.cut.is_none(), out.wal_len_valid == wal.len() as u64);
+    // The walk ends at a cut, or at the end of the file after a run of zeros (pre-extended
+    // space), never both.
+    assert_eq!(
+        out.cut.is_none(),
+        out.wal_len_valid + out.zero_tail_bytes == wal.len() as u64
+    );
+    assert!(
+        wal[out.wal_len_valid as usize..][..out.zero_tail_bytes as usize]
+            .iter()
+            .all(|&b| b == 0),
+        "a zero tail is zeros"
+    );
     let mut position = 0u64;
     let mut expected = base;
     let mut max_timestamp_ns = 0;
@@ -227,10 +238,15 @@ fn built(input: &mut Input<'_>, limits: &Limits) {
             );
         }
     }
-    // Undamaged and without an offset overflow, everything written is kept.
+    // Undamaged and without an offset overflow, everything written is kept up to the first
+    // batch whose entry is absent from an index file that has its slot: an empty slot inside
+    // the file is an entry that never became durable, and its batch is cut (`Unindexed`).
+    // Slots past the end of the file (or no file) are rebuilt.
     if !damaged && offset.is_some() {
-        assert_eq!(out.cut, None);
-        assert_eq!(out.entries.len(), written.len());
+        let first_absent = (0..written.len()).find(|&i| has_idx && present & (1 << i) == 0);
+        let kept = first_absent.unwrap_or(written.len());
+        assert_eq!(out.cut.is_none(), first_absent.is_none());
+        assert_eq!(out.entries.len(), kept);
         for (entry, w) in out.entries.iter().zip(&written) {
             assert_eq!(*entry, w.entry);
         }

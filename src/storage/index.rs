@@ -232,6 +232,19 @@ impl Index {
         Ok(())
     }
 
+    /// Keeps `ahead` slots past the entries faulted in for writing, topping up once fewer
+    /// than half of them are left. True when it faulted in new pages: they are dirty zeros
+    /// that an fdatasync will give blocks to (see `storage::log::prealloc`).
+    pub fn reserve_ahead(&mut self, ahead: usize) -> std::io::Result<bool> {
+        let ahead = ahead.min(self.capacity.saturating_sub(self.len));
+        if self.reserved >= self.len + ahead / 2 || self.reserved >= self.capacity {
+            return Ok(false);
+        }
+        let before = self.reserved;
+        self.reserve(ahead)?;
+        Ok(self.reserved > before)
+    }
+
     /// Appends an entry. The caller checked `!is_full()` and reserved the slot.
     pub fn push(&mut self, entry: &IndexEntry) {
         assert!(entry.length > 0, "an entry's length is never 0");

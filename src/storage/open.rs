@@ -343,10 +343,15 @@ fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovere
         let mut head = vec![0u8; bytes.len()];
         let is_prefix =
             idx_len >= idx_exact && file.read_exact_at(&mut head, 0).is_ok() && head == bytes;
+        // Otherwise write the entries over the old ones before cutting: a crash in between
+        // leaves every slot either as it was or as it must be, never a kept entry zeroed
+        // (which the next scan would take for one that never became durable).
         let rewrite = if is_prefix {
             file.set_len(idx_exact)
         } else {
-            file.set_len(0).and_then(|()| file.write_all_at(&bytes, 0))
+            file.write_all_at(&bytes, 0)
+                .and_then(|()| file.sync_data())
+                .and_then(|()| file.set_len(idx_exact))
         };
         rewrite
             .and_then(|()| file.sync_data())
@@ -390,8 +395,14 @@ fn read_index_data(file: &File, len: u64) -> std::io::Result<Vec<u8>> {
 }
 
 fn report(dir: &Path, base: u64, wal_len: u64, idx_exists: bool, outcome: &ScanOutcome) {
-    if outcome.is_clean(wal_len) {
-        info!(dir = %dir.display(), base, batches = outcome.entries.len(), "segment scanned clean");
+    if outcome.is_whole() && idx_exists {
+        info!(
+            dir = %dir.display(),
+            base,
+            batches = outcome.entries.len(),
+            zero_tail_bytes = outcome.zero_tail_bytes,
+            "segment scanned clean"
+        );
         return;
     }
     warn!(

@@ -15,8 +15,8 @@
 //!   staged, never acknowledged): their slots point past the WAL end and are dropped.
 //! - **power loss**: the kernel may have written back any subset of dirty pages. The WAL may
 //!   end in a torn batch (a header whose payload never made it, or a tail of zeros where the
-//!   file size was extended before the data blocks were written); the index may be shorter
-//!   or longer than the WAL. Nothing past the last `fdatasync` was acknowledged under
+//!   file size was extended before the data blocks were written, or where the WAL was
+//!   pre-extended with zeros); the index may be shorter or longer than the WAL. Nothing past the last `fdatasync` was acknowledged under
 //!   `always`, so cutting there loses nothing that was promised.
 //! - **bit rot or a bad sector**: a batch whose bytes no longer match the CRC in its entry.
 //!
@@ -29,16 +29,23 @@
 //! - its index slot holds an entry that agrees with it exactly (offset, position, length,
 //!   record count, running max timestamp, and the CRC32C of the bytes); or
 //!   An exact entry also vouches for a jump in offsets (compaction leaves gaps); or
-//! - its index slot is empty or missing (the `.idx` is short, or was deleted): the entry is
-//!   rebuilt from the WAL, as DESIGN.md asks. The CRC cannot be checked against anything
-//!   here; a structurally valid batch is trusted. This only happens after a power loss that
-//!   wrote the WAL page but not the index page (the batch was never acknowledged under
-//!   `always`), or after an operator removed index files.
+//! - its index slot lies past the end of the `.idx` (the file is short, or was deleted):
+//!   the entry is rebuilt from the WAL, as DESIGN.md asks. The CRC cannot be checked against
+//!   anything here; a structurally valid batch that continues the offsets is trusted.
+//!
+//! A slot *inside* the `.idx` that reads as empty is different: the file reached that slot
+//! (it is extended to its capacity when the segment becomes active), but the entry never
+//! became durable, so no sync ever covered the batch and it was never promised under any
+//! policy (after kill -9 the page cache holds both files; every sync syncs both). Such a
+//! batch is cut (`Unindexed`): after a power cut its bytes may be torn, a valid header over
+//! zeros from a pre-extended WAL (`storage::log::prealloc`), and only its entry's CRC could
+//! tell.
 //!
 //! The walk stops at the first batch that fails; everything from there on is cut. A slot
 //! that holds an entry which disagrees with its batch stops the walk too: the two disagree,
 //! so one of them is damaged, and serving the batch could serve corrupt data. Index entries
-//! past the last kept batch are dropped.
+//! past the last kept batch are dropped. Zeros from the last kept batch to the end of the
+//! file are pre-extended space: the log ends there, with no cut (`zero_tail_bytes`).
 
 use crate::limits::Limits;
 use crate::protocol::record::{self, RecordError};
@@ -63,6 +70,9 @@ pub enum CutReason {
     SegmentTooLarge { position: u64 },
     /// The batch's records would run past the largest offset: no broker wrote it.
     OffsetOverflow { position: u64, offset: u64 },
+    /// The batch's index slot is inside the index file but empty: the entry never became
+    /// durable, so the batch was never promised, and its bytes cannot be checked.
+    Unindexed { position: u64, offset: u64 },
 }
 
 /// The scanner's verdict on one segment.
@@ -80,9 +90,26 @@ pub struct ScanOutcome {
     pub entries_rebuilt: usize,
     /// Non-empty index slots past the last kept batch that were dropped.
     pub entries_dropped: usize,
+    /// Zeros after the last kept batch (pre-extended space): cut from the file, but no
+    /// batch was there.
+    pub zero_tail_bytes: u64,
+}
+
+/// An index slot as the scanner finds it.
+enum Slot {
+    Entry(IndexEntry),
+    /// Inside the file, all zeros: the entry never reached the disk.
+    Empty,
+    /// Past the end of the file (or no file): the index was lost or cut short.
+    Missing,
 }
 
 impl ScanOutcome {
+    /// True when nothing but pre-extended zeros is cut: no batch or entry was lost.
+    pub fn is_whole(&self) -> bool {
+        self.cut.is_none() && self.entries_rebuilt == 0 && self.entries_dropped == 0
+    }
+
     /// True when the files need no change at all.
     pub fn is_clean(&self, wal_len: u64) -> bool {
         self.cut.is_none()
@@ -101,12 +128,16 @@ pub fn scan_segment(
 ) -> ScanOutcome {
     let idx = idx.unwrap_or(&[]);
     let slots = idx.len() / ENTRY_LEN;
-    let slot = |i: usize| -> Option<IndexEntry> {
+    let slot = |i: usize| -> Slot {
         if i >= slots {
-            return None;
+            return Slot::Missing;
         }
         let bytes = &idx[i * ENTRY_LEN..(i + 1) * ENTRY_LEN];
-        (!IndexEntry::is_empty_slot(bytes)).then(|| IndexEntry::decode(bytes))
+        if IndexEntry::is_empty_slot(bytes) {
+            Slot::Empty
+        } else {
+            Slot::Entry(IndexEntry::decode(bytes))
+        }
     };
 
     let mut entries = Vec::new();
@@ -118,6 +149,11 @@ pub fn scan_segment(
 
     while position < wal.len() {
         let at = position as u64;
+        if wal[position] == 0 && wal[position..].iter().all(|&b| b == 0) {
+            // Pre-extended space (or a torn write's zeros) past the last batch: the end of
+            // the log, not a damaged batch.
+            break;
+        }
         let header = match record::check(&wal[position..], limits) {
             Ok(header) => header,
             Err(RecordError::Incomplete { .. }) => {
@@ -167,19 +203,29 @@ pub fn scan_segment(
         match slot(entries.len()) {
             // Compaction leaves offset gaps inside a segment; an entry that matches the bytes
             // exactly, CRC included, vouches for the jump.
-            Some(stored) if stored == entry => {}
-            Some(_) => {
+            Slot::Entry(stored) if stored == entry => {}
+            Slot::Entry(_) => {
                 cut = Some(CutReason::IndexMismatch {
                     position: at,
                     offset: header.offset,
                 });
                 break;
             }
-            None if header.offset != expected => {
+            // The index file reaches this slot but the entry never became durable, so no
+            // sync covered the batch either: it was never promised. Its bytes may be torn
+            // (a valid header over zeros), which nothing here could tell.
+            Slot::Empty => {
+                cut = Some(CutReason::Unindexed {
+                    position: at,
+                    offset: header.offset,
+                });
+                break;
+            }
+            Slot::Missing if header.offset != expected => {
                 cut = Some(gap);
                 break;
             }
-            None => entries_rebuilt += 1,
+            Slot::Missing => entries_rebuilt += 1,
         }
         entries.push(entry);
         position += len;
@@ -187,10 +233,16 @@ pub fn scan_segment(
     }
 
     let entries_dropped = (entries.len()..slots)
-        .filter(|&i| slot(i).is_some())
+        .filter(|&i| matches!(slot(i), Slot::Entry(_)))
         .count();
+    let zero_tail_bytes = if cut.is_none() {
+        (wal.len() - position) as u64
+    } else {
+        0
+    };
     ScanOutcome {
         wal_len_valid: position as u64,
+        zero_tail_bytes,
         next_offset: expected,
         cut,
         entries_rebuilt,
@@ -247,10 +299,60 @@ mod tests {
         assert_eq!(out.wal_len_valid, 0);
         assert_eq!(out.next_offset, 0);
         assert!(out.entries.is_empty());
-        assert!(matches!(
+        assert_eq!(out.cut, None);
+        assert_eq!(out.zero_tail_bytes, 4096);
+    }
+
+    #[test]
+    fn pre_extended_zeros_end_the_log_without_a_cut() {
+        let (mut wal, mut idx) = segment(&[(b"one", 1), (b"two", 1)], 0);
+        let batches = wal.len();
+        wal.resize(batches + 8192, 0);
+        idx.resize(64 * ENTRY_LEN, 0);
+        let out = scan_segment(0, &wal, Some(&idx), &Limits::default());
+        assert_eq!(out.entries.len(), 2);
+        assert_eq!(out.cut, None);
+        assert!(out.is_whole());
+        assert!(
+            !out.is_clean(wal.len() as u64),
+            "the zeros are cut from the file"
+        );
+        assert_eq!(out.wal_len_valid, batches as u64);
+        assert_eq!(out.zero_tail_bytes, 8192);
+        // A zero byte that is followed by anything else is no zero tail.
+        wal[batches + 100] = 1;
+        let out = scan_segment(0, &wal, Some(&idx), &Limits::default());
+        assert!(matches!(out.cut, Some(CutReason::BadHeader { .. })));
+        assert_eq!(out.zero_tail_bytes, 0);
+    }
+
+    #[test]
+    fn torn_batch_over_zeros_with_an_empty_slot_is_cut() {
+        // A power cut kept the page with the header and lost the next one (pre-extended
+        // zeros), and the index page was not written back: the slot reads as empty.
+        let payload = vec![0xabu8; 6000];
+        let (wal, idx) = segment(&[(b"one", 1), (&payload, 1)], 0);
+        let mut torn = wal.clone();
+        torn[4096..].fill(0);
+        torn.resize(wal.len() + 4096, 0);
+        let mut idx = idx[..ENTRY_LEN].to_vec();
+        idx.resize(64 * ENTRY_LEN, 0);
+        let out = scan_segment(0, &torn, Some(&idx), &Limits::default());
+        assert_eq!(out.entries.len(), 1);
+        assert_eq!(
             out.cut,
-            Some(CutReason::BadHeader { position: 0, .. })
-        ));
+            Some(CutReason::Unindexed {
+                position: 32,
+                offset: 1
+            })
+        );
+        // The same batch intact is cut too: its entry was never durable.
+        let out = scan_segment(0, &wal, Some(&idx), &Limits::default());
+        assert_eq!(out.entries.len(), 1);
+        // Past the end of a short index it is rebuilt, as for a lost index file.
+        let out = scan_segment(0, &wal, Some(&idx[..ENTRY_LEN]), &Limits::default());
+        assert_eq!(out.entries.len(), 2);
+        assert_eq!(out.entries_rebuilt, 1);
     }
 
     #[test]

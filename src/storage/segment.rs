@@ -138,9 +138,17 @@ impl Segment {
             .open(&idx)
             .map_err(|e| StorageError::io(&idx, e))?;
         let capacity = entries.max(index_entries as usize).max(1);
+        // The extended length is made durable before any batch is staged: after a power
+        // cut every slot of an active index is then inside the file, so a batch whose entry
+        // never reached the disk reads as an empty slot and is cut, never rebuilt from bytes
+        // that may be torn (`storage::recovery`, `Unindexed`).
         idx_file
             .set_len((capacity * ENTRY_LEN) as u64)
             .map_err(|e| StorageError::io(&idx, e))?;
+        idx_writer
+            .fdatasync()
+            .await
+            .map_err(|e| StorageError::io(&idx, e.into()))?;
         let index = Index::writable(&idx_file, entries).map_err(|e| StorageError::io(&idx, e))?;
         let reader = File::open(&wal).map_err(|e| StorageError::io(&wal, e))?;
         let file_id = file_id(&reader).map_err(|e| StorageError::io(&wal, e))?;

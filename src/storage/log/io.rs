@@ -147,6 +147,12 @@ impl PartitionLog {
 
     /// Hands the pending buffer to the kernel with one write.
     async fn write_pending(&self) -> Result<(), StorageError> {
+        // Never write where a pre-extension job is still zeroing (see `prealloc`).
+        self.wait_prealloc(|| {
+            let st = self.state.borrow();
+            st.pending_position + st.pending.len() as u64
+        })
+        .await;
         let (buf, position, end_offset, wal, batches) = {
             let mut st = self.state.borrow_mut();
             st.check_io()?;
@@ -181,7 +187,9 @@ impl PartitionLog {
                 self.bump(|s| s.writes += 1);
                 crate::metrics::io::record_write_round(batches);
                 drop(st);
-                if self.config.fsync != FsyncPolicy::Always {
+                if self.config.fsync == FsyncPolicy::Always {
+                    self.pre_extend(position + len as u64);
+                } else {
                     self.write_back(position + len as u64);
                 }
                 Ok(())
@@ -199,6 +207,7 @@ impl PartitionLog {
                 if let Err(e) = wal.truncate(position).await {
                     warn!(dir = %self.dir.display(), error = %e, "could not cut a failed write");
                 }
+                self.prealloc_cut(position);
                 Err(StorageError::io(&self.dir, error))
             }
         }
@@ -276,7 +285,7 @@ impl PartitionLog {
             );
             st.next_offset
         };
-        let sealed = self.trim_active_index().await;
+        let sealed = self.trim_active_files().await;
         if sealed.is_ok() {
             self.state.borrow_mut().segments.active_mut().seal();
         }
@@ -303,23 +312,39 @@ impl PartitionLog {
         st.pending_position = 0;
         st.roll_settled();
         st.assert_watermarks();
+        drop(st);
+        self.pre_extend(0);
         info!(dir = %self.dir.display(), base_offset = base, "segment rolled");
         Ok(())
     }
 
-    /// Trims the active segment's index to its entries and fdatasyncs the cut. Staging
-    /// must already be stopped (the log is rolling or closing).
-    async fn trim_active_index(&self) -> Result<(), StorageError> {
-        let handle = {
+    /// Trims the active segment's index to its entries and its WAL to its batches (cutting
+    /// pre-extended zeros), and fdatasyncs the cuts, so the next open finds the files
+    /// exactly as long as the entries say. Staging must already be stopped (the log is
+    /// rolling or closing).
+    async fn trim_active_files(&self) -> Result<(), StorageError> {
+        self.wait_prealloc(|| u64::MAX).await;
+        let (handle, wal, size) = {
             let mut st = self.state.borrow_mut();
             let active = st.segments.active_mut();
             active.trim_index()?;
-            active.index_sync_handle()
+            let size = active.size_bytes;
+            let file_len = active
+                .reader()
+                .metadata()
+                .map_err(|e| StorageError::io(&self.dir, e))?
+                .len();
+            let wal = (file_len > size).then(|| active.writer.as_ref().map(|w| Rc::clone(&w.wal)));
+            (active.index_sync_handle(), wal.flatten(), size)
         };
+        let io = |e: glommio::GlommioError<()>| StorageError::io(&self.dir, e.into());
+        if let Some(wal) = wal {
+            wal.truncate(size).await.map_err(io)?;
+            self.prealloc_cut(size);
+            wal.fdatasync().await.map_err(io)?;
+        }
         if let Some(idx) = handle {
-            idx.fdatasync()
-                .await
-                .map_err(|e| StorageError::io(&self.dir, e.into()))?;
+            idx.fdatasync().await.map_err(io)?;
         }
         Ok(())
     }
@@ -382,7 +407,7 @@ impl PartitionLog {
     async fn settle_and_seal(&self) -> Result<(), StorageError> {
         self.write_pending().await?;
         self.sync_written().await?;
-        self.trim_active_index().await?;
+        self.trim_active_files().await?;
         open::write_clean_marker(&self.dir)?;
         self.sync_dir().await
     }

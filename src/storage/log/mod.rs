@@ -55,6 +55,7 @@ use crate::storage::{FsyncPolicy, LogConfig, StorageError, open};
 
 mod io;
 mod maintenance;
+mod prealloc;
 mod read;
 mod segments;
 mod stage;
@@ -121,6 +122,8 @@ pub struct PartitionLog {
     checks: RefCell<Checks>,
     /// Write-out of the active WAL under `never` and `interval` (see [`writeback`]).
     writeback: writeback::Writeback,
+    /// Pre-extension of the active segment under `always` (see [`prealloc`]).
+    prealloc: prealloc::Prealloc,
 }
 
 impl Drop for PartitionLog {
@@ -159,8 +162,12 @@ impl PartitionLog {
             compaction,
             checks: RefCell::new(checks),
             writeback: writeback::Writeback::default(),
+            prealloc: prealloc::Prealloc::default(),
         });
+        log.prealloc.enable_for(&log.dir, log.config.fsync);
         log.start_io_task();
+        let written_to = log.state.borrow().pending_position;
+        log.pre_extend(written_to);
         Ok(log)
     }
 

@@ -1,0 +1,320 @@
+//! Pre-extension of the active segment under `fsync = always`, so that a commit round's
+//! `fdatasync`s write data only and commit no ext4 journal transaction.
+//!
+//! An `fdatasync` must also make durable the metadata needed to read the data back: a new
+//! file size, or blocks allocated for pages written into a hole. On ext4 either one means a
+//! journal commit, which is most of a round's cost (docs/LATENCY.md, (a) and (d)). A WAL that
+//! grows with every write changes its size every round, and the sparse `.idx` gets blocks
+//! allocated each time entries reach a new page. So, ahead of the write position and off
+//! the round's path, this module
+//!
+//! - writes zeros into the `.wal` past its end, [`WAL_CHUNK_BYTES`] at a time (not
+//!   `fallocate`: unwritten extents are converted at write-back, which is a journal commit
+//!   too, measured at ~3.3 ms per fdatasync), and
+//! - faults in the next [`IDX_AHEAD_ENTRIES`] slots of the mapped `.idx` for writing,
+//!
+//! and fdatasyncs the files, so the blocks and the size are durable before a round writes
+//! batches over them. A round's `fdatasync` then flushes data pages and the device cache.
+//!
+//! The job runs on glommio's blocking pool with descriptors of its own, opened by path and
+//! checked to name the segment's files. Its own descriptors matter: the kernel reports a
+//! write-back error once per open file description, and the job must not be the one that
+//! takes an error a round needs to see (the round would then acknowledge lost bytes).
+//!
+//! The job zeroes only WAL bytes past everything written. A round that would write into the
+//! range a job is zeroing waits for the job first ([`PartitionLog::wait_prealloc`]), and
+//! whatever cuts or trims the WAL waits for it too, so zeros never land on batches.
+//!
+//! What recovery sees: a `.wal` whose tail past the last batch is zeros (the scanner's
+//! zero tail, which is not a cut), and `.idx` slots that read as empty. A batch whose slot
+//! is empty inside the file was never covered by a sync, so recovery cuts it instead of
+//! rebuilding its entry (`storage::recovery`): a torn batch inside pre-extended space reads
+//! as a valid header followed by zeros, which only the CRC in its entry can reject. Sealing
+//! and clean shutdown cut the zeros off (`trim_active_files`), so a sealed segment still
+//! ends exactly where its last entry does.
+//!
+//! Off under `never` and `interval` (their rounds do not fdatasync, and writing every byte
+//! twice would halve their throughput) and on tmpfs (nothing to flush).
+
+use std::cell::Cell;
+use std::fs::OpenOptions;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use tracing::{debug, warn};
+
+use super::PartitionLog;
+use crate::storage::FsyncPolicy;
+use crate::storage::segment::{FileId, file_id, idx_path, wal_path};
+use crate::watch::Watch;
+
+/// Zeros written per WAL pre-extension.
+pub(crate) const WAL_CHUNK_BYTES: u64 = 4 << 20;
+/// A new pre-extension starts once fewer than this many zeroed bytes are left ahead.
+const WAL_LOW_WATER_BYTES: u64 = WAL_CHUNK_BYTES / 2;
+/// The first extension of a segment starts this far past the written end, so the rounds
+/// that follow right away need not wait for it.
+const WAL_MARGIN_BYTES: u64 = 16 << 10;
+/// Index slots kept faulted in ahead of the entries (128 KiB).
+const IDX_AHEAD_ENTRIES: usize = 4096;
+/// After a failed job, the next one waits this long.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// Where pre-extension of the active segment stands. Shared with the running job.
+#[derive(Default)]
+pub(super) struct Prealloc {
+    /// Decided at open: `always`, and not on tmpfs.
+    enabled: Cell<bool>,
+    shared: Rc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    /// The active segment the positions refer to (its base offset).
+    segment_base: Cell<u64>,
+    /// Bumped whenever the WAL is cut; a job that started before does not vouch for its
+    /// range afterwards.
+    generation: Cell<u64>,
+    /// WAL bytes below this are allocated (batches or written zeros).
+    zeroed_to: Cell<u64>,
+    /// A job is running; it zeroes the WAL from this position on (`u64::MAX` when it only
+    /// syncs the index).
+    running_from: Cell<Option<u64>>,
+    /// Woken when a job ends.
+    done: Watch,
+    /// Jobs started, for tests.
+    jobs: Cell<u64>,
+    /// After a failed job (a full disk, say), none starts before this.
+    retry_at: Cell<Option<Instant>>,
+}
+
+/// One job: what to zero and sync.
+struct Job {
+    wal: PathBuf,
+    idx: PathBuf,
+    file_id: FileId,
+    /// WAL range to zero, if any.
+    zero: Option<(u64, u64)>,
+    sync_idx: bool,
+}
+
+impl Prealloc {
+    /// Turns pre-extension on for a log in `dir` with `policy`.
+    pub(super) fn enable_for(&self, dir: &std::path::Path, policy: FsyncPolicy) {
+        let tmpfs = nix::sys::statfs::statfs(dir)
+            .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+            .unwrap_or(false);
+        self.enabled.set(policy == FsyncPolicy::Always && !tmpfs);
+    }
+
+    #[cfg(test)]
+    pub(super) fn jobs(&self) -> u64 {
+        self.shared.jobs.get()
+    }
+}
+
+impl PartitionLog {
+    /// After a write that ended at WAL position `written_to` of the active segment (or a
+    /// roll, with 0): start a job if the zeroed space ahead or the faulted-in index slots
+    /// run low and no job is running.
+    pub(super) fn pre_extend(&self, written_to: u64) {
+        let pre = &self.prealloc;
+        let shared = &pre.shared;
+        if !pre.enabled.get()
+            || shared.running_from.get().is_some()
+            || shared.retry_at.get().is_some_and(|at| Instant::now() < at)
+        {
+            return;
+        }
+        let job = {
+            let mut st = self.state.borrow_mut();
+            if st.check_open().is_err() || st.is_rolling() {
+                return;
+            }
+            let active = st.segments.active_mut();
+            if shared.segment_base.get() != active.base_offset {
+                shared.segment_base.set(active.base_offset);
+                shared.zeroed_to.set(written_to);
+                shared.generation.set(shared.generation.get() + 1);
+            }
+            let sync_idx = match active.index.reserve_ahead(IDX_AHEAD_ENTRIES) {
+                Ok(new_pages) => new_pages,
+                Err(error) => {
+                    // Staging reserves its own page and refuses the batch if that fails.
+                    debug!(dir = %self.dir.display(), %error, "index not pre-extended");
+                    false
+                }
+            };
+            let cap = self.config.segment_bytes.next_multiple_of(4096);
+            let zeroed_to = shared.zeroed_to.get();
+            let from = zeroed_to.max(written_to + WAL_MARGIN_BYTES);
+            let zero = (written_to + WAL_LOW_WATER_BYTES > zeroed_to && from < cap)
+                .then(|| (from, (from + WAL_CHUNK_BYTES).min(cap)));
+            if zero.is_none() && !sync_idx {
+                return;
+            }
+            Job {
+                wal: wal_path(&self.dir, active.base_offset),
+                idx: idx_path(&self.dir, active.base_offset),
+                file_id: active.file_id,
+                zero,
+                sync_idx,
+            }
+        };
+        let zero_to = job.zero.map(|(_, to)| to);
+        shared
+            .running_from
+            .set(Some(job.zero.map_or(u64::MAX, |(from, _)| from)));
+        shared.jobs.set(shared.jobs.get() + 1);
+        let generation = shared.generation.get();
+        let shared = Rc::clone(shared);
+        let dir = self.dir.clone();
+        let work = glommio::executor().spawn_blocking(move || run(&job));
+        glommio::spawn_local(async move {
+            match work.await {
+                Ok(()) => {
+                    if let Some(to) = zero_to
+                        && shared.generation.get() == generation
+                    {
+                        shared.zeroed_to.set(shared.zeroed_to.get().max(to));
+                    }
+                }
+                // Only an optimisation: rounds then pay for the journal commit, as before.
+                // An I/O error also reaches the rounds' own fdatasync, which fences.
+                Err(error) => {
+                    warn!(dir = %dir.display(), %error, "segment pre-extension failed; retried in 1 s");
+                    shared.retry_at.set(Some(Instant::now() + RETRY_AFTER));
+                }
+            }
+            shared.running_from.set(None);
+            shared.done.notify_all();
+        })
+        .detach();
+    }
+
+    /// Waits until no job is zeroing WAL bytes below `end()` (any WAL bytes, with
+    /// `u64::MAX`). `end` is asked again after each wait: staging goes on meanwhile.
+    pub(super) async fn wait_prealloc(&self, end: impl Fn() -> u64) {
+        let shared = &self.prealloc.shared;
+        loop {
+            let done = shared.done.changed();
+            match shared.running_from.get() {
+                Some(from) if end() > from => done.await,
+                _ => return,
+            }
+        }
+    }
+
+    /// The WAL was cut to `len` bytes (a rolled-back write, or sealing).
+    pub(super) fn prealloc_cut(&self, len: u64) {
+        let shared = &self.prealloc.shared;
+        shared.generation.set(shared.generation.get() + 1);
+        shared.zeroed_to.set(shared.zeroed_to.get().min(len));
+    }
+}
+
+/// Zeroes and syncs what `job` says, through descriptors of its own. Runs on the blocking
+/// pool.
+fn run(job: &Job) -> std::io::Result<()> {
+    if let Some((from, to)) = job.zero {
+        let wal = OpenOptions::new().write(true).open(&job.wal)?;
+        if file_id(&wal)? != job.file_id {
+            return Err(std::io::Error::other("the segment file was replaced"));
+        }
+        let len = usize::try_from(to - from).map_err(std::io::Error::other)?;
+        wal.write_all_at(&vec![0u8; len], from)?;
+        wal.sync_data()?;
+    }
+    if job.sync_idx {
+        OpenOptions::new().write(true).open(&job.idx)?.sync_data()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::protocol::record::encode_batch;
+    use crate::storage::segment::{idx_path, wal_path};
+    use crate::storage::{FsyncPolicy, LogConfig, PartitionLog};
+
+    fn file_len(path: &std::path::Path) -> u64 {
+        std::fs::metadata(path).unwrap().len()
+    }
+
+    /// Pre-extended space is zeros past the batches while the log runs; a crash leaves it
+    /// there and recovery ends the log at the last batch without a cut; a roll and a clean
+    /// close cut it, so sealed files end where their entries do. (Not on tmpfs, where it is
+    /// off: the test runs in a directory of the machine's disk.)
+    #[test]
+    fn zeros_ahead_are_cut_at_seal_close_and_recovery() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmpfs = nix::sys::statfs::statfs(dir.path())
+            .unwrap()
+            .filesystem_type()
+            == nix::sys::statfs::TMPFS_MAGIC;
+        if tmpfs {
+            eprintln!("SKIPPED: the temporary directory is on tmpfs, where pre-extension is off");
+            return;
+        }
+        let path = dir.path().join("p");
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let config = LogConfig {
+                    fsync: FsyncPolicy::Always,
+                    segment_bytes: 1 << 20,
+                    ..LogConfig::default()
+                };
+                let batch = encode_batch(0, b"", &[7u8; 1000], 1);
+                let log = PartitionLog::open(&path, config.clone()).await.unwrap();
+                for _ in 0..100 {
+                    log.append(&batch, None).await.unwrap();
+                }
+                // The job runs on the blocking pool; wait for it.
+                log.wait_prealloc(|| u64::MAX).await;
+                assert!(log.prealloc.jobs() >= 1, "no pre-extension job ran");
+                let size = log.segments()[0].1;
+                let wal = wal_path(&path, 0);
+                assert_eq!(
+                    file_len(&wal),
+                    1 << 20,
+                    "the WAL is zeroed up to segment_bytes"
+                );
+                let bytes = std::fs::read(&wal).unwrap();
+                assert!(bytes[size as usize..].iter().all(|&b| b == 0));
+                drop(log); // kill -9: no trim, no marker
+
+                let log = PartitionLog::open(&path, config.clone()).await.unwrap();
+                assert_eq!(log.next_offset(), 100, "recovery keeps every batch");
+                assert_eq!(log.segments(), vec![(0, size)]);
+                // Fill past the segment size: the roll trims the sealed WAL and index.
+                for _ in 0..1100 {
+                    log.append(&batch, None).await.unwrap();
+                }
+                let segments = log.segments();
+                assert!(segments.len() >= 2, "{segments:?}");
+                for &(base, size) in &segments[..segments.len() - 1] {
+                    assert_eq!(file_len(&wal_path(&path, base)), size);
+                    let entries = file_len(&idx_path(&path, base)) / 32;
+                    assert!(entries > 0 && size / entries == batch.len() as u64);
+                }
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+                log.close().await.unwrap();
+                let &(base, size) = segments.last().unwrap();
+                assert_eq!(
+                    file_len(&wal_path(&path, base)),
+                    size,
+                    "close trims the WAL"
+                );
+                let log = PartitionLog::open(&path, config).await.unwrap();
+                assert_eq!(log.next_offset(), 1200);
+                log.close().await.unwrap();
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+}
