@@ -197,12 +197,12 @@ fn silent_unknown_and_excess_connections_are_closed() {
     // Says nothing: closed after the handshake timeout.
     assert_closed_by_broker(TcpStream::connect(broker.addr).unwrap());
 
-    // Speaks HTTP, or the reserved Kafka byte: closed.
+    // Speaks HTTP, or announces a Kafka frame (first byte 0) over the request limit: closed.
     let mut http = TcpStream::connect(broker.addr).unwrap();
     http.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
     assert_closed_by_broker(http);
     let mut kafka = TcpStream::connect(broker.addr).unwrap();
-    kafka.write_all(&[0, 0, 0, 10]).unwrap();
+    kafka.write_all(&[0, 0xff, 0xff, 0xff]).unwrap();
     assert_closed_by_broker(kafka);
 
     // The connection limit (6): the seventh is closed at once.
