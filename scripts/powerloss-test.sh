@@ -17,6 +17,6 @@ for mode in $MODES; do
   echo "== mode=$mode, $ROUNDS rounds"
   PAGURUS_POWERLOSS_ROUNDS=$ROUNDS ${SEED:+PAGURUS_POWERLOSS_SEED=$SEED} \
     cargo test --release --quiet --test powerloss "powerloss_$mode" -- --include-ignored --nocapture \
-    2>&1 | grep -E '^(power-loss test|first start|round|powerloss summary)|panicked' || status=1
+    2>&1 | grep -E '^(power-loss test|first start|round|powerloss summary|fetch |commit )|panicked|differs|retention moved' || status=1
 done
 exit $status

@@ -154,3 +154,65 @@ fn crash_rounds_fsync_always() {
 fn crash_rounds_fsync_never() {
     run("never");
 }
+
+/// Retention (every second) may delete segments between the verification's earliest-offset
+/// query and its fetches: reading must go on from the new earliest offset, not count a fetch
+/// error (corrupt) and every batch after it (lost). The race is made certain by reading from
+/// a start that retention has already passed.
+#[test]
+fn verify_follows_retention_past_a_stale_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 1, &[]);
+    let mut client = timed_client(&broker);
+    let settings = TopicSettings {
+        partitions: 1,
+        segment_bytes: 16_384,
+        retention_bytes: 32_768,
+        ..Default::default()
+    };
+    client.create_topic("retained", settings).unwrap();
+    let mut rng = Rng(7);
+    let mut last = 0;
+    for seq in 0..60u64 {
+        let batch = ledger::Expected::new(format!("retained-s{seq}"), seq, &mut rng);
+        last = client.produce("retained", 0, &[batch.bytes]).unwrap().0;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let earliest = loop {
+        let earliest = client
+            .list_offsets(
+                "retained",
+                0,
+                pagurus::protocol::native::OffsetSpec::Earliest,
+            )
+            .unwrap();
+        if earliest > 0 {
+            break earliest;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "retention deleted nothing in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut tally = Tally::default();
+    let (start, stored) = ledger::read_partition(
+        &mut client,
+        &broker,
+        ("retained", 0),
+        (0, Check::FromEarliest),
+        &mut tally,
+    );
+    assert_eq!(
+        tally.corrupt, 0,
+        "a fetch below the earliest offset is not corruption"
+    );
+    assert!(
+        start >= earliest,
+        "start {start} moved to the earliest {earliest}"
+    );
+    assert!(
+        stored.contains_key(&last),
+        "read on to the last batch at {last}"
+    );
+}

@@ -9,9 +9,10 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use super::Broker;
+use pagurus::client::ClientError;
 use pagurus::client::blocking::Client;
 use pagurus::protocol::hermit;
-use pagurus::protocol::native::{self, OffsetSpec};
+use pagurus::protocol::native::{self, ErrorCode, OffsetSpec};
 use pagurus::protocol::record::{self, BatchHeader, encode_batch};
 
 /// xorshift64*: a seeded, reproducible stream of numbers for the tests' choices.
@@ -303,8 +304,9 @@ pub fn commit(
 pub enum Check {
     /// Everything from offset 0 must be there.
     Whole,
-    /// Retention may have deleted a prefix: read from the earliest offset; acknowledged
-    /// batches below it are counted as expired.
+    /// Retention may have deleted a prefix: read from the earliest offset (following it if
+    /// retention moves it while the partition is read); acknowledged batches below it are
+    /// counted as expired.
     FromEarliest,
 }
 
@@ -325,7 +327,13 @@ pub fn verify(broker: &Broker, ledger: &mut Ledger, topics: &[(String, u32, Chec
                     .list_offsets(topic, partition, OffsetSpec::Earliest)
                     .unwrap_or(0),
             };
-            let stored = read_partition(&mut client, broker, topic, partition, start, &mut tally);
+            let (start, stored) = read_partition(
+                &mut client,
+                broker,
+                (topic, partition),
+                (start, *check),
+                &mut tally,
+            );
             for (&at, batch) in &stored {
                 *seen.entry(tag_of(batch)).or_default() += 1;
                 found.insert(tag_of(batch), (topic.clone(), partition, at));
@@ -388,20 +396,33 @@ pub fn verify(broker: &Broker, ledger: &mut Ledger, topics: &[(String, u32, Chec
     tally
 }
 
-/// Every batch of one partition from `start`, by offset. A fetch error counts as corrupt.
-fn read_partition(
+/// Every batch of one partition from `start`, by offset, and the offset the reading really
+/// started from. A fetch error counts as corrupt, except under `Check::FromEarliest` an
+/// `OffsetOutOfRange` below the earliest offset: retention (it runs every second) deleted
+/// segments between the earliest-offset query and the fetch, so reading goes on from the
+/// new earliest offset and the start moves there (batches below it are expired, not lost).
+pub fn read_partition(
     client: &mut Client,
     broker: &Broker,
-    topic: &str,
-    partition: u32,
-    start: u64,
+    (topic, partition): (&str, u32),
+    (mut start, check): (u64, Check),
     tally: &mut Tally,
-) -> BTreeMap<u64, Vec<u8>> {
+) -> (u64, BTreeMap<u64, Vec<u8>>) {
     let mut stored = BTreeMap::new();
     let mut offset = start;
     loop {
         let fetched = match client.fetch(topic, partition, offset, 1 << 20, Duration::ZERO) {
             Ok(fetched) => fetched,
+            Err(ClientError::Broker { code, earliest, .. })
+                if check == Check::FromEarliest
+                    && code == ErrorCode::OffsetOutOfRange as u16
+                    && earliest > offset =>
+            {
+                eprintln!("{topic}/{partition}: retention moved the start {offset} -> {earliest}");
+                start = earliest;
+                offset = earliest;
+                continue;
+            }
             Err(e) => {
                 eprintln!("fetch {topic}/{partition} at {offset}: {e}");
                 tally.corrupt += 1;
@@ -421,5 +442,5 @@ fn read_partition(
             stored.insert(header.offset, batch);
         }
     }
-    stored
+    (start, stored)
 }
