@@ -172,5 +172,6 @@ fn slow_but_complete_requests_are_served() {
     drop(client);
     drop((native_stream, v1));
     let counted = counters(&mut broker);
-    assert_eq!(counted["requests_too_slow"], 0, "{counted:?}");
+    // The stop line lists only counters above zero.
+    assert_eq!(counted.get("requests_too_slow"), None, "{counted:?}");
 }

@@ -12,16 +12,24 @@ use pagurus::protocol::wire::Put;
 
 use super::Broker;
 
-/// Every counter of every core, summed, from the broker's "core stopped" log lines.
+/// Every counter of every core, summed, from the broker's "core stopped" log lines (a
+/// counter at zero on every core is absent).
 pub fn counters(broker: &mut Broker) -> HashMap<String, u64> {
     assert!(broker.terminate().success(), "broker exits cleanly");
     let log = broker.log_text();
     let mut sums = HashMap::new();
+    // `counters=name=value name=value ...` (only the counters above zero).
     for line in log.lines().filter(|l| l.contains("core stopped")) {
-        for item in line.split("(\"").skip(1) {
-            let (name, rest) = item.split_once("\", ").expect("(name, value)");
-            let value: u64 = rest.split(')').next().unwrap().parse().unwrap();
-            *sums.entry(name.to_string()).or_insert(0) += value;
+        let Some((_, counters)) = line.split_once("counters=") else {
+            continue;
+        };
+        for item in counters.split_whitespace() {
+            let Some((name, value)) = item.split_once('=') else {
+                continue;
+            };
+            if let Ok(value) = value.parse::<u64>() {
+                *sums.entry(name.to_string()).or_insert(0) += value;
+            }
         }
     }
     assert!(!sums.is_empty(), "no counters in the log:\n{log}");
