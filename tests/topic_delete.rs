@@ -106,15 +106,14 @@ fn delete_wins_over_running_clients_and_takes_group_offsets() {
             std::thread::sleep(Duration::from_millis(20));
         }
     });
-    // A tailing consumer in a group, committing as it goes.
+    // A tailing consumer in a group (alone, so it reads every partition), committing as
+    // it goes.
     let mut consumer = pagurus(
         &broker,
         &[
             "consume",
             "--topic",
             TOPIC,
-            "--partition",
-            "0",
             "--group",
             "g1",
             "--wait-ms",
