@@ -36,6 +36,7 @@ fn a_group_resumes_at_its_commits_after_consumer_and_broker_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
     python(&broker, "commit");
+    assert!(broker.terminate().success(), "the broker stops cleanly");
     broker.restart();
     python(&broker, "resume");
     python(&broker, "admin");

@@ -121,6 +121,16 @@ def admin():
     m = Member("listed", "l1")
     until(30, "an assignment", lambda: m.assigned == set(range(PARTITIONS)), [m])
     client = KafkaAdminClient(bootstrap_servers=BROKER, request_timeout_ms=10000)
+    if hasattr(client, "list_consumer_groups"):
+        admin_v2(client)
+    else:
+        admin_v3(client)
+    m.c.close()
+    client.close()
+
+
+def admin_v2(client):
+    """kafka-python 2.x: tuples and named tuples."""
     listed = {g[0] for g in client.list_consumer_groups()}
     if not {"listed", "resume"} <= listed:
         sys.exit(f"listed groups {sorted(listed)}")
@@ -132,8 +142,32 @@ def admin():
         sys.exit(f"member described as {live.members[0]}")
     if described["resume"].state != "Empty":
         sys.exit(f"resume described as {described['resume']}")
-    m.c.close()
-    client.close()
+
+
+def field(record, *names):
+    """The first of `names` a kafka-python 3.x dict has."""
+    for name in names:
+        if name in record:
+            return record[name]
+    sys.exit(f"none of {names} in {record}")
+
+
+def admin_v3(client):
+    """kafka-python 3.x: list_groups and describe_groups answer with dicts."""
+    listed = {field(g, "group_id", "group", "name") for g in client.list_groups()}
+    if not {"listed", "resume"} <= listed:
+        sys.exit(f"listed groups {sorted(listed)}")
+    described = client.describe_groups(["listed", "resume"])
+    live = described["listed"]
+    state = field(live, "group_state", "state")
+    members = field(live, "members")
+    protocol = field(live, "protocol_data", "protocol")
+    if str(state) != "Stable" or len(members) != 1 or protocol != "range":
+        sys.exit(f"listed described as {live}")
+    if field(members[0], "client_id") != "l1":
+        sys.exit(f"member described as {members[0]}")
+    if str(field(described["resume"], "group_state", "state")) != "Empty":
+        sys.exit(f"resume described as {described['resume']}")
 
 
 {"share": share, "commit": commit, "resume": resume, "admin": admin}[MODE]()
