@@ -93,7 +93,9 @@ import re, sys, collections
 sums = collections.Counter()
 for line in open(sys.argv[1]):
     if "core stopped" in line:
-        for name, value in re.findall(r'\("(\w+)", (\d+)\)', line):
+        # "counters=name=value name=value ...": only counters above zero are named.
+        summary = line.split("counters=", 1)[-1]
+        for name, value in re.findall(r'(\w+)=(\d+)', summary):
             sums[name] += int(value)
 keys = ["connections_accepted", "connections_refused", "connections_timed_out", "requests_too_slow",
         "writes_stalled", "frames_too_large", "requests_malformed", "bad_batches", "bad_names",
