@@ -94,3 +94,13 @@ impl RequestDeadline {
         Ok(())
     }
 }
+
+/// Writes what a connection's writer task gathered in `out`, if anything, and empties it:
+/// answers are batched into one write until a sendfile or a wait needs the socket.
+pub async fn flush(stream: &RefCell<TcpStream>, out: &mut Vec<u8>) -> io::Result<()> {
+    if !out.is_empty() {
+        write_all(stream, out).await?;
+        out.clear();
+    }
+    Ok(())
+}

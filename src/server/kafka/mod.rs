@@ -30,7 +30,7 @@ use crate::protocol::kafka::RequestHeader;
 use crate::protocol::kafka::apis::{self, ApiError, KafkaRequest};
 use crate::protocol::kafka::frame::{self, FrameError};
 use crate::protocol::kafka::header::HeaderPrefix;
-use crate::server::io::{RequestDeadline, read_some, write_all};
+use crate::server::io::{RequestDeadline, flush, read_some};
 use crate::shard::Shard;
 
 mod api_versions;
@@ -365,12 +365,4 @@ async fn writer_loop(
         }
     }
     flush(&stream, &mut out).await
-}
-
-async fn flush(stream: &RefCell<TcpStream>, out: &mut Vec<u8>) -> io::Result<()> {
-    if !out.is_empty() {
-        write_all(stream, out).await?;
-        out.clear();
-    }
-    Ok(())
 }

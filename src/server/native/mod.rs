@@ -30,7 +30,7 @@ use tracing::{debug, warn};
 use crate::metrics::counters::Metrics;
 use crate::metrics::requests::RequestKind;
 use crate::protocol::native::{self, ApiKey, ErrorCode, FrameCheck, Request, encode_error};
-use crate::server::io::{RequestDeadline, read_exact, read_some, write_all};
+use crate::server::io::{RequestDeadline, flush, read_exact, read_some, write_all};
 use crate::shard::calls::Fetch;
 use crate::shard::data::ProduceInFlight;
 use crate::shard::used::UsedTopics;
@@ -497,12 +497,4 @@ async fn writer_loop(
         }
     }
     flush(&stream, &mut out).await
-}
-
-async fn flush(stream: &RefCell<TcpStream>, out: &mut Vec<u8>) -> io::Result<()> {
-    if !out.is_empty() {
-        write_all(stream, out).await?;
-        out.clear();
-    }
-    Ok(())
 }
