@@ -9,6 +9,9 @@
 #   CLIENT=blocking scripts/bench.sh  # drive the broker with the blocking client instead
 #   CORES=2 PARTITIONS=4 CATCHUP_MB=2048 DURATION=20 scripts/bench.sh
 #   BROKER_CPUS=0 CLIENT_CPUS=1 scripts/bench.sh   # broker and client pinned apart (taskset)
+#   BROKER_BIN=/old/checkout/target/release/pagurus scripts/bench.sh
+#                                     # another build's broker, this build's bench client:
+#                                     # before/after comparisons with the same load
 #
 # Pinning tells the broker's latency from the client's: unpinned, both compete for the same
 # CPUs; pinned, the broker has only BROKER_CPUS. Report both configurations (LATENCY.md).
@@ -38,6 +41,7 @@ if [ "$QUICK" = 1 ]; then DURATION=3; CATCHUP_MB=${CATCHUP_MB_QUICK:-128}; fi
 command -v python3 >/dev/null || { echo "bench.sh needs python3"; exit 1; }
 cargo build --release --quiet
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
+BROKER_BIN=${BROKER_BIN:-$BIN}
 OUT=${OUT:-bench-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 WORK=$(mktemp -d)
@@ -48,7 +52,7 @@ trap cleanup EXIT
 start_broker() { # fsync policy
   PORT=$((12000 + RANDOM % 18000))  # below the ephemeral range (32768+), where shard ports (PORT+1+core) could collide with outgoing connections
   rm -rf "$WORK/data"
-  "${BROKER_PIN[@]}" "$BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --cores "$CORES" --fsync "$1" \
+  "${BROKER_PIN[@]}" "$BROKER_BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --cores "$CORES" --fsync "$1" \
     2>"$OUT/broker-$1.log" &
   BROKER=$!
   for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.05; done
@@ -132,7 +136,7 @@ ALLOCS=$(cargo bench --quiet --bench ingest_alloc -- "${ALLOC_ARGS[@]}" 2>/dev/n
   echo "# pagurus bench, $(date -u +%Y-%m-%dT%H:%MZ)"
   echo
   echo "$(nproc) CPUs, $(uname -r), broker --cores ${CORES} (0 = all), clients on the same machine,"
-  echo "broker CPUs: ${BROKER_CPUS:-any}, client CPUs: ${CLIENT_CPUS:-any}:"
+  echo "broker CPUs: ${BROKER_CPUS:-any}, client CPUs: ${CLIENT_CPUS:-any}, broker binary: $BROKER_BIN,"
   echo "the $CLIENT client ($THREADS bench thread(s) with the glommio client). Latencies in"
   echo "microseconds; ack = produce acknowledgement, e2e = produce to consume, both from the"
   echo "intended send time (open loop). MB/s counts record bytes."
