@@ -153,6 +153,7 @@ impl Shard {
             }
         };
         Metrics::inc(&self.metrics.mesh_calls);
+        Metrics::inc(&self.metrics.mesh_produces);
         let in_flight = self.mesh.start(owner, call).await?;
         Ok(ProduceInFlight::Remote(in_flight))
     }

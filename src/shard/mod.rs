@@ -19,6 +19,7 @@
 //!   API (join, sync, heartbeat, leave, describe, list, delete, fenced commits).
 //! - [`producers`]: idempotent producers' sequences per partition, sans-IO.
 //! - [`used`]: the topics a connection used, so a delete wins over its clients.
+//! - [`handoff`]: handing a client connection to the core that owns its partition.
 
 pub mod admin;
 pub mod calls;
@@ -26,6 +27,7 @@ pub mod compaction;
 pub mod coordinator;
 pub mod data;
 pub mod groups;
+pub mod handoff;
 pub mod idempotence;
 pub mod membership;
 pub mod mesh;
@@ -160,6 +162,8 @@ pub struct Shard {
     pub(crate) producers: idempotence::Producers,
     /// Serializes topic creation and deletion on the controller.
     controller_lock: glommio::sync::Semaphore,
+    /// How this core serves a connection another core hands it (registered by the server).
+    adopter: RefCell<Option<handoff::Adopter>>,
 }
 
 impl Shard {
@@ -178,6 +182,7 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             producers: Default::default(),
             controller_lock: glommio::sync::Semaphore::new(1),
+            adopter: RefCell::new(None),
         }
     }
 
