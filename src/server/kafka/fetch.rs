@@ -174,6 +174,10 @@ async fn plan_one(
             errors::OFFSET_OUT_OF_RANGE
         });
     };
+    // A topic deleted since this connection used it stays unknown (`shard::used`).
+    if conn.used.check(shard, topic.as_bytes()).is_err() {
+        return Outcome::Error(UNKNOWN_TOPIC_OR_PARTITION);
+    }
     // No creation on demand: a consumer asks for what Metadata listed.
     if let Err(failure) = shard.known_partition(&topic, partition) {
         return Outcome::Error(errors::from_native(failure.code));
@@ -181,6 +185,7 @@ async fn plan_one(
     if conn.not_leader(shard.owner(&topic, partition)) {
         return Outcome::Error(NOT_LEADER_OR_FOLLOWER);
     }
+    conn.used.record(shard, topic.as_bytes());
     let fetch = Fetch {
         topic,
         partition,

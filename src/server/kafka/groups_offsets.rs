@@ -17,7 +17,7 @@ use kafka_protocol::messages::offset_fetch_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::{INVALID_REQUEST, NONE};
+use super::errors::{INVALID_REQUEST, NONE, UNKNOWN_TOPIC_OR_PARTITION};
 use super::groups::{GROUP_SUBSCRIBED_TO_TOPIC, code, name_code};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
@@ -28,18 +28,24 @@ pub(super) fn commit(
     header: RequestHeader,
     request: OffsetCommitRequest,
 ) -> Pending {
-    let shard = Rc::clone(&conn.shard);
+    let conn = Rc::clone(conn);
     Pending::later(async move {
+        let shard = &conn.shard;
+        // Each partition's own refusal, before the group's fence; `None` goes to the group.
+        let mut refused = Vec::new();
         let mut entries = Vec::new();
         for topic in &request.topics {
             for p in &topic.partitions {
-                if p.partition_index >= 0 && p.committed_offset >= 0 {
+                let code =
+                    partition_refusal(&conn, &topic.name, p.partition_index, p.committed_offset);
+                if code.is_none() {
                     entries.push((
                         topic.name.to_string(),
                         p.partition_index as u32,
                         p.committed_offset as u64,
                     ));
                 }
+                refused.push(code);
             }
         }
         let committed = shard
@@ -54,6 +60,7 @@ pub(super) fn commit(
             Ok(results) => (NONE, results.into_iter()),
             Err(failure) => (name_code(&failure), Vec::new().into_iter()),
         };
+        let mut refused = refused.into_iter();
         let topics = request
             .topics
             .into_iter()
@@ -62,15 +69,13 @@ pub(super) fn commit(
                     .partitions
                     .iter()
                     .map(|p| {
-                        let code = if p.partition_index < 0 || p.committed_offset < 0 {
-                            INVALID_REQUEST
-                        } else if fence_code != NONE {
-                            fence_code
-                        } else {
-                            results
+                        let code = match refused.next().flatten() {
+                            Some(code) => code,
+                            None if fence_code != NONE => fence_code,
+                            None => results
                                 .next()
                                 .and_then(Result::err)
-                                .map_or(NONE, |f| code(&f))
+                                .map_or(NONE, |f| code(&f)),
                         };
                         OffsetCommitResponsePartition::default()
                             .with_partition_index(p.partition_index)
@@ -87,6 +92,20 @@ pub(super) fn commit(
             &OffsetCommitResponse::default().with_topics(topics),
         ))
     })
+}
+
+/// Why one partition's commit is refused before the group is asked: a bad index or
+/// offset, a topic or partition that does not exist (as Kafka answers), or a topic deleted
+/// since this connection used it (`shard::used`: a consumer's old positions do not fit a
+/// topic made again under its name).
+fn partition_refusal(conn: &Conn, topic: &TopicName, index: i32, offset: i64) -> Option<i16> {
+    let (Ok(partition), true) = (u32::try_from(index), offset >= 0) else {
+        return Some(INVALID_REQUEST);
+    };
+    let shard = &conn.shard;
+    let known = conn.used.check(shard, topic.as_bytes()).is_ok()
+        && shard.known_partition(topic.as_str(), partition).is_ok();
+    (!known).then_some(UNKNOWN_TOPIC_OR_PARTITION)
 }
 
 pub(super) fn fetch(

@@ -148,8 +148,15 @@ async fn start_partition(conn: &Conn, topic: &TopicName, index: i32, records: &[
         batches,
         producers: &producers,
     };
+    // Right before the produce may create the topic, with no await between (`shard::used`).
+    if let Err(failure) = conn.used.check(shard, name) {
+        return Started::Refused(errors::UNKNOWN_TOPIC_OR_PARTITION, failure.message);
+    }
     match shard.start_produce(name, partition, batches).await {
-        Ok(in_flight) => Started::InFlight(in_flight),
+        Ok(in_flight) => {
+            conn.used.record(shard, name);
+            Started::InFlight(in_flight)
+        }
         Err(Failure { code, message, .. }) => Started::Refused(errors::from_native(code), message),
     }
 }
