@@ -1,7 +1,7 @@
 //! The Kafka front-end at the byte level, over a raw socket with requests built by the
 //! `kafka-protocol` crate: idempotent retries, sequence and epoch errors, bad batches,
 //! NOT_LEADER_OR_FOLLOWER on the wrong core's port, unsupported APIs, a deleted topic
-//! staying deleted for open connections.
+//! staying deleted for open connections, JoinGroup's MEMBER_ID_REQUIRED.
 
 mod common;
 
@@ -281,4 +281,47 @@ fn a_deleted_topic_stays_deleted_for_open_kafka_connections() {
     create(&mut idle, "gone");
     assert_eq!(produce(&mut idle, "gone", batch(-1, -1, -1, 1)), (0, 0));
     assert_eq!(produce(&mut fresh, "gone", batch(-1, -1, -1, 1)).0, 3);
+}
+
+/// JoinGroup v5 with no member id: MEMBER_ID_REQUIRED and an id (KIP-394); the join with
+/// that id forms generation 1 with the member as leader.
+#[test]
+fn join_group_v5_hands_out_a_member_id_first() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::{GroupId, JoinGroupRequest, JoinGroupResponse};
+    let (_dir, broker) = start();
+    let mut conn = Conn::connect(broker.addr);
+    let join = |member_id: StrBytes| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("kip394")))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(member_id)
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("range"))
+                    .with_metadata(Bytes::from_static(b"sub")),
+            ])
+    };
+    let mut body = conn.call(ApiKey::JoinGroup, 5, &join(StrBytes::default()));
+    let first = JoinGroupResponse::decode(&mut body, 5).unwrap();
+    assert_eq!(first.error_code, 79, "{first:?}");
+    assert!(!first.member_id.is_empty(), "{first:?}");
+    let mut body = conn.call(ApiKey::JoinGroup, 5, &join(first.member_id.clone()));
+    let joined = JoinGroupResponse::decode(&mut body, 5).unwrap();
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    assert_eq!(joined.generation_id, 1);
+    assert_eq!(joined.member_id, first.member_id);
+    assert_eq!(joined.leader, first.member_id);
+    // An id nobody handed out is unknown.
+    let mut body = conn.call(
+        ApiKey::JoinGroup,
+        5,
+        &join(StrBytes::from_static_str("x-1")),
+    );
+    assert_eq!(
+        JoinGroupResponse::decode(&mut body, 5).unwrap().error_code,
+        25
+    );
 }

@@ -247,7 +247,7 @@ mesh_calls! {
     Compact -> CompactionOutcome;
     MetricsSnapshot -> Box<CoreSnapshot>;
     // Consumer groups (shard::coordinator).
-    GroupJoin -> Joined;
+    GroupJoin -> JoinAnswer;
     GroupSync -> Synced;
     GroupHeartbeat -> ();
     GroupLeave -> Vec<Result<(), Failure>>;

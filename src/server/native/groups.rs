@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use crate::protocol::native::{self, ErrorCode, JoinGroup};
 use crate::server::native::{Pending, Tag, empty, later};
+use crate::shard::coordinator::calls::JoinAnswer;
 use crate::shard::membership::{Assignor, JoinRequest, NATIVE_PROTOCOL_TYPE};
 use crate::shard::{Failure, Shard};
 
@@ -75,7 +76,13 @@ pub(super) fn join(shard: &Rc<Shard>, tag: Tag, join: JoinGroup<'_>) -> Pending 
     let request = join_request(shard, &join);
     later(shard, tag, async move |shard: Rc<Shard>| {
         let request = request?;
-        let joined = shard.join_group(&group, request).await?;
+        // A native join never asks for a member id first (`member_id_required` is false).
+        let JoinAnswer::Joined(joined) = shard.join_group(&group, request).await? else {
+            return Err(Failure::new(
+                ErrorCode::Internal,
+                "the coordinator asked a native member for a member id",
+            ));
+        };
         let synced = shard
             .sync_group(&group, &joined.member_id, joined.generation, Vec::new())
             .await?;
@@ -123,6 +130,7 @@ fn join_request(shard: &Shard, join: &JoinGroup<'_>) -> Result<JoinRequest, Fail
         protocol_type: NATIVE_PROTOCOL_TYPE.to_string(),
         protocols: vec![(assignor, Vec::new())],
         topics,
+        member_id_required: false,
     })
 }
 

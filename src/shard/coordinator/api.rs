@@ -27,12 +27,13 @@ impl Shard {
         group_coordinator(group, self.cores())
     }
 
-    /// Joins (or rejoins) a group and waits until the generation forms.
+    /// Joins (or rejoins) a group and waits until the generation forms; or, for a first
+    /// join that must have a member id first (KIP-394), hands one out at once.
     pub async fn join_group(
         self: &Rc<Self>,
         group: &[u8],
         request: JoinRequest,
-    ) -> Result<Joined, Failure> {
+    ) -> Result<JoinAnswer, Failure> {
         let group = self.valid_name(group, "group")?.to_string();
         if request.instance_id.as_deref() == Some("") {
             return Err(Failure::new(

@@ -14,16 +14,21 @@ use crate::shard::membership::{GroupError, NATIVE_PROTOCOL_TYPE, Reply};
 use crate::shard::{Failure, Shard};
 
 impl Run for GroupJoin {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Joined, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<JoinAnswer, Failure> {
         let coordinator = &shard.coordinator;
         let bound = Duration::from_millis(self.request.rebalance_timeout_ms);
         let (member_id, protocol_type) = {
             let mut groups = coordinator.groups.borrow_mut();
             let group = groups.get_or_create(&self.group)?;
             let generation = group.generation();
-            let (member_id, replies) = group
-                .join_member(coordinator.now_ms(), self.request)
-                .map_err(|e| group_failure(&self.group, e))?;
+            let (member_id, replies) = match group.join_member(coordinator.now_ms(), self.request) {
+                Ok(joined) => joined,
+                Err(GroupError::MemberIdRequired { member_id }) => {
+                    info!(group = %self.group, member = %member_id, "member id handed out; the member joins again with it");
+                    return Ok(JoinAnswer::MemberIdRequired { member_id });
+                }
+                Err(e) => return Err(group_failure(&self.group, e)),
+            };
             info!(group = %self.group, member = %member_id, generation, "member joins");
             coordinator.forget(&self.group, &member_id);
             let protocol_type = group.protocol_type().unwrap_or_default().to_string();
@@ -43,14 +48,14 @@ impl Run for GroupJoin {
                 members,
             } => {
                 info!(group = %self.group, member = %member_id, generation, "member joined its generation");
-                Ok(Joined {
+                Ok(JoinAnswer::Joined(Joined {
                     member_id,
                     generation,
                     protocol_type,
                     protocol,
                     leader,
                     members,
-                })
+                }))
             }
             Reply::Failed { error, .. } => Err(group_failure(&self.group, error)),
             Reply::Synced { .. } => unreachable!("a join waits for Joined or Failed"),
