@@ -122,8 +122,8 @@ pub struct SendPlan {
     pub hot: bool,
 }
 
-/// A committed offset as (group, topic, partition, offset).
-pub type GroupOffset = (String, String, u32, u64);
+/// A committed offset as (group, topic, partition, offset, metadata string).
+pub type GroupOffset = (String, String, u32, u64, String);
 
 /// Append batches: validated `(crc, batch)` pairs, as in a native produce request.
 #[derive(Debug)]
@@ -205,6 +205,8 @@ pub struct ForgetOffsets {
 pub struct CommitOffset {
     pub key: Vec<u8>,
     pub offset: u64,
+    /// Kafka's commit metadata ("" for none).
+    pub metadata: String,
 }
 
 /// To the owner of the key's offsets shard.
@@ -242,7 +244,7 @@ mesh_calls! {
     DropTopic -> ();
     ForgetOffsets -> usize;
     CommitOffset -> ();
-    FetchOffset -> Option<u64>;
+    FetchOffset -> Option<(u64, String)>;
     GroupOffsets -> Vec<GroupOffset>;
     Compact -> CompactionOutcome;
     MetricsSnapshot -> Box<CoreSnapshot>;

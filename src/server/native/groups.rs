@@ -5,6 +5,7 @@ use std::rc::Rc;
 
 use crate::protocol::native::{self, ErrorCode, JoinGroup};
 use crate::server::native::{Pending, Tag, empty, later};
+use crate::shard::coordinator::api::CommitEntry;
 use crate::shard::coordinator::calls::JoinAnswer;
 use crate::shard::membership::{Assignor, JoinRequest, NATIVE_PROTOCOL_TYPE};
 use crate::shard::{Failure, Shard};
@@ -175,7 +176,12 @@ pub(super) fn commit(shard: &Rc<Shard>, tag: Tag, commit: Commit<'_>) -> Pending
     let (generation, partition, offset) = (commit.generation, commit.partition, commit.offset);
     later(shard, tag, async move |shard: Rc<Shard>| {
         let member_id = String::from_utf8_lossy(&member_id);
-        let entries = vec![(topic?, partition, offset)];
+        let entries = vec![CommitEntry {
+            topic: topic?,
+            partition,
+            offset,
+            metadata: String::new(),
+        }];
         let mut results = shard
             .commit_offsets_fenced(&group, &member_id, generation, entries)
             .await?;
