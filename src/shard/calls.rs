@@ -132,6 +132,7 @@ pub struct Produce {
     pub partition: u32,
     pub count: u32,
     pub batches: Bytes,
+    pub source: crate::shard::data::BatchSource,
     /// For an idempotent Kafka producer: each batch's producer id, epoch and sequences
     /// (`shard::idempotence`); empty otherwise.
     pub producers: Vec<crate::shard::idempotence::IdempotentBatch>,
