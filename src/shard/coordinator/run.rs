@@ -10,7 +10,7 @@ use super::calls::*;
 use super::{Want, group_failure};
 use crate::protocol::native::ErrorCode;
 use crate::shard::calls::Run;
-use crate::shard::membership::{GroupError, NATIVE_PROTOCOL_TYPE, Reply};
+use crate::shard::membership::{GroupError, GroupState, NATIVE_PROTOCOL_TYPE, Reply};
 use crate::shard::{Failure, Shard};
 
 impl Run for GroupJoin {
@@ -223,11 +223,15 @@ impl Run for GroupDescribe {
 
 impl Run for GroupList {
     async fn run(self, shard: &Rc<Shard>) -> Result<Vec<GroupListing>, Failure> {
+        // An empty group is listed by its committed offsets alone (`group_listings`), as if
+        // the registry had already forgotten it: that happens at the next tick, so listing
+        // it here would make a listing right after its last member left depend on the tick.
         Ok(shard
             .coordinator
             .groups
             .borrow()
             .list()
+            .filter(|(_, state, _)| *state != GroupState::Empty.name())
             .map(|(id, state, protocol_type)| {
                 (
                     id.to_string(),
