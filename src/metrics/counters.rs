@@ -52,6 +52,8 @@ counters!(
     topic_limit_hits,
     /// Connections closed because the first byte named no protocol pagurus speaks.
     unknown_protocols,
+    /// Requests refused because their connection used a topic deleted since (`shard::used`).
+    deleted_topic_refusals,
     /// Kafka requests received.
     kafka_requests,
     /// Kafka requests for an API or version pagurus does not serve (answered UNSUPPORTED_VERSION).

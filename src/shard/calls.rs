@@ -132,8 +132,8 @@ pub struct SendPlan {
     pub hot: bool,
 }
 
-/// A committed offset as (group, topic, partition, offset).
-pub type GroupOffset = (String, String, u32, u64);
+/// A committed offset as (group, topic, partition, offset, metadata string).
+pub type GroupOffset = (String, String, u32, u64, String);
 
 /// Append batches: validated `(crc, batch)` pairs, as in a native produce request.
 #[derive(Debug)]
@@ -142,6 +142,7 @@ pub struct Produce {
     pub partition: u32,
     pub count: u32,
     pub batches: Bytes,
+    pub source: crate::shard::data::BatchSource,
     /// For an idempotent Kafka producer: each batch's producer id, epoch and sequences
     /// (`shard::idempotence`); empty otherwise.
     pub producers: Vec<crate::shard::idempotence::IdempotentBatch>,
@@ -215,6 +216,8 @@ pub struct ForgetOffsets {
 pub struct CommitOffset {
     pub key: Vec<u8>,
     pub offset: u64,
+    /// Kafka's commit metadata ("" for none).
+    pub metadata: String,
 }
 
 /// To the owner of the key's offsets shard.
@@ -277,13 +280,13 @@ mesh_calls! {
     DropTopic -> ();
     ForgetOffsets -> usize;
     CommitOffset -> ();
-    FetchOffset -> Option<u64>;
+    FetchOffset -> Option<(u64, String)>;
     GroupOffsets -> Vec<GroupOffset>;
     Compact -> CompactionOutcome;
     MetricsSnapshot -> Box<CoreSnapshot>;
     HandOff -> Adoption;
     // Consumer groups (shard::coordinator).
-    GroupJoin -> Joined;
+    GroupJoin -> JoinAnswer;
     GroupSync -> Synced;
     GroupHeartbeat -> ();
     GroupLeave -> Vec<Result<(), Failure>>;

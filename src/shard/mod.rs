@@ -160,6 +160,8 @@ pub struct Shard {
     partitions: RefCell<HashMap<String, Vec<Option<Rc<PartitionLog>>>>>,
     /// Idempotent producers' state of the partitions this core owns (`idempotence`).
     pub(crate) producers: idempotence::Producers,
+    /// Topics deleted on this core, for Kafka connections (`used`).
+    pub deleted_topics: used::DeletedTopics,
     /// Serializes topic creation and deletion on the controller.
     controller_lock: glommio::sync::Semaphore,
     /// How this core serves a connection another core hands it (registered by the server).
@@ -181,6 +183,7 @@ impl Shard {
             topics: RefCell::new(HashMap::new()),
             partitions: RefCell::new(HashMap::new()),
             producers: Default::default(),
+            deleted_topics: Default::default(),
             controller_lock: glommio::sync::Semaphore::new(1),
             adopter: RefCell::new(None),
         }
@@ -306,7 +309,10 @@ impl Shard {
 
     /// Forgets a topic; its partition logs close when their last user lets go.
     pub(crate) fn drop_topic(&self, name: &str) {
-        self.topics.borrow_mut().remove(name);
+        // Only a published topic was deleted (a creation rolled back never existed).
+        if self.topics.borrow_mut().remove(name).is_some() {
+            self.deleted_topics.note(name);
+        }
         self.partitions.borrow_mut().remove(name);
         self.producers.forget_topic(name);
     }

@@ -13,11 +13,13 @@
 //! - [`producer`]: batching by count, bytes and linger time; several batches in flight per
 //!   connection; shard-aware routing; key-hash partitioning.
 //! - [`consumer`]: long-polling fetches, seeks, group commits, CRC checks.
+//! - [`group`]: a member of a native consumer group ([`GroupConsumer`]).
 //!
 //! Everything here must run inside a glommio executor, and a `Client` stays on the
 //! executor it was made on.
 
 pub mod consumer;
+pub mod group;
 pub mod producer;
 
 use std::cell::RefCell;
@@ -39,6 +41,7 @@ use crate::client::session::{Reply, Session, check_broker_preface, frame_len, ne
 use crate::protocol::native::{self, Request, ResponseHeader};
 
 pub use consumer::{Consumer, ConsumerConfig, Polled};
+pub use group::{GroupConsumer, GroupFetch};
 pub use producer::{Producer, ProducerConfig, ProducerStats};
 
 /// Reads ask the socket for at least this much room.
