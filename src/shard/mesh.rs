@@ -87,10 +87,22 @@ impl Mesh {
                 "no mesh on a single core",
             ));
         };
-        let id = self.next_id.get();
-        self.next_id.set(id + 1);
         // Made before the send's await: a caller dropped while the send waits for room in
         // the channel drops it, and with it the slot.
+        let (in_flight, envelope) = self.reserve(call);
+        if senders.send_to(to, envelope).await.is_err() {
+            return Err(Failure::new(
+                ErrorCode::ShuttingDown,
+                format!("core {to} is gone"),
+            ));
+        }
+        Ok(in_flight)
+    }
+
+    /// A reply slot for a new call, and the envelope that carries the call.
+    fn reserve<C: MeshCall>(&self, call: C) -> (InFlight<C>, Envelope) {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
         self.slots.borrow_mut().insert(id, Slot::default());
         let in_flight = InFlight {
             id,
@@ -102,13 +114,7 @@ impl Mesh {
             id,
             call: call.into_call(),
         };
-        if senders.send_to(to, envelope).await.is_err() {
-            return Err(Failure::new(
-                ErrorCode::ShuttingDown,
-                format!("core {to} is gone"),
-            ));
-        }
-        Ok(in_flight)
+        (in_flight, envelope)
     }
 
     /// Sends `call` to core `to` if its channel has room now; otherwise gives the call back
@@ -119,19 +125,7 @@ impl Mesh {
             let failure = Failure::new(ErrorCode::Internal, format!("no core {to} in the mesh"));
             return Err((call, failure));
         };
-        let id = self.next_id.get();
-        self.next_id.set(id + 1);
-        self.slots.borrow_mut().insert(id, Slot::default());
-        let in_flight = InFlight {
-            id,
-            slots: Rc::clone(&self.slots),
-            call: PhantomData,
-        };
-        let envelope = Envelope::Call {
-            from: self.core,
-            id,
-            call: call.into_call(),
-        };
+        let (in_flight, envelope) = self.reserve(call);
         // A peer in range, not this core: glommio's only errors are then a full channel and
         // a closed one, and both give the envelope back.
         let (envelope, failure) = match senders.try_send_to(to, envelope) {
