@@ -477,4 +477,53 @@ fn bench_cleans_up_its_topics_and_writes_running_totals() {
         "{stderr}"
     );
     assert_eq!(bench_topics(&broker, "tb-"), [2]);
+
+    // A run without producers reads what the last run kept, and says so when that is less
+    // than --count, or when the topic does not exist (instead of a rate of nothing).
+    let consume = |prefix: &str, count: &str| {
+        pagurus(
+            &[
+                "bench",
+                "--producers",
+                "0",
+                "--consumers",
+                "1",
+                "--partitions",
+                "2",
+                "--from",
+                "earliest",
+                "--count",
+                count,
+                "--warmup",
+                "0",
+                "--json",
+                "--topic-prefix",
+                prefix,
+            ],
+            &[("PAGURUS_BROKER", addr.as_str())],
+            b"",
+        )
+    };
+    let out = consume("tb", "3000");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["consume"]["messages_total"], 3000, "{report}");
+    let out = consume("tb", "5000");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("consumed 3000 of --count 5000 messages"),
+        "{stderr}"
+    );
+    let out = consume("nothere", "10");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("topic nothere-0 does not exist"),
+        "{stderr}"
+    );
 }
