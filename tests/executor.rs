@@ -7,6 +7,11 @@
 //! "nothing to do" and parks: a runnable task then waits for an unrelated I/O completion or
 //! timer. At start-up there is none, and a core sat for seconds before joining the mesh
 //! (issue 16, item 5). A preempt timer of 1 ns makes every loop look preempted.
+//!
+//! The vendored glommio also keeps its preemption timers armed across turns of the loop
+//! instead of cancelling and re-arming them on every turn (vendor/README.md). The other two
+//! tests hold what that must not break: a task queue that keeps running is still told to
+//! yield, turn after turn, and an executor with nothing to do sleeps instead of spinning.
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -33,4 +38,64 @@ fn runnable_work_is_run_even_when_the_preempt_timer_has_fired() {
         .recv_timeout(Duration::from_secs(30))
         .expect("the executor parked with a runnable task and made no progress");
     worker.join().expect("the worker thread");
+}
+
+#[test]
+fn a_running_task_queue_is_told_to_yield_turn_after_turn() {
+    const TURNS: usize = 200;
+    let (done, wait_done) = mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let executor = LocalExecutorBuilder::default()
+            .preempt_timer(Duration::from_millis(1))
+            .make()
+            .expect("an executor");
+        let turns = executor.run(async {
+            let mut turns = 0;
+            for _ in 0..TURNS {
+                // Busy until the preempt timer fires; a timer never re-armed after it
+                // fired (or never armed) leaves this loop spinning forever.
+                while !glommio::executor().need_preempt() {
+                    std::hint::spin_loop();
+                }
+                glommio::yield_if_needed().await;
+                turns += 1;
+            }
+            turns
+        });
+        done.send(turns).expect("the test waits");
+    });
+    let turns = wait_done
+        .recv_timeout(Duration::from_secs(60))
+        .expect("a running task queue was never told to yield");
+    assert_eq!(turns, TURNS);
+    worker.join().expect("the worker thread");
+}
+
+#[test]
+fn an_idle_executor_sleeps_instead_of_spinning() {
+    let worker = std::thread::spawn(|| {
+        let executor = LocalExecutorBuilder::default()
+            .preempt_timer(Duration::from_millis(1))
+            .make()
+            .expect("an executor");
+        executor.run(async {
+            let before = thread_cpu();
+            glommio::timer::sleep(Duration::from_millis(500)).await;
+            thread_cpu() - before
+        })
+    });
+    let cpu = worker.join().expect("the worker thread");
+    // Sleeping costs a few wake-ups; a loop that never parks burns the whole 500 ms.
+    assert!(
+        cpu < Duration::from_millis(150),
+        "the executor used {cpu:?} of CPU while it had nothing to do for 500 ms"
+    );
+}
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let usage = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)
+        .expect("getrusage");
+    let micros = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
+    Duration::from_micros(micros(usage.user_time()) + micros(usage.system_time()))
 }

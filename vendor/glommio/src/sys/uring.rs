@@ -1222,6 +1222,8 @@ pub(crate) struct Reactor {
     poll_ring: RefCell<PollRing>,
 
     latency_preemption_timeout_src: Cell<Option<Source>>,
+    // pagurus: when the latency preemption timer above was armed (see `wait`).
+    latency_preemption_armed_at: Cell<Option<std::time::Instant>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1353,6 +1355,7 @@ impl Reactor {
             latency_ring: RefCell::new(latency_ring),
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
+            latency_preemption_armed_at: Cell::new(None),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1814,22 +1817,40 @@ impl Reactor {
         // consume all events from the rings
         consume_rings!(into &mut woke; lat_ring, poll_ring, main_ring);
 
-        // Cancel the old timer regardless of whether we can sleep:
-        // if we won't sleep, we will register the new timer with its new
-        // value.
+        // pagurus: 0.9.0 cancelled the latency preemption timer here and re-armed both
+        // timers on every call: five submissions (two cancels, two timeouts, an eventfd
+        // write) per turn of the executor loop, which at one request in flight was half of
+        // all io_uring submissions and a fifth of the CPU time per request. A timer that
+        // is still pending is now kept: the latency one until the executor parks (no
+        // preempt timer asked: `Parker::park`) or it is half a preempt period old (below),
+        // the throughput one until it fires. A kept throughput timer counts completions
+        // since it was armed rather than since this turn, so it may preempt once early;
+        // that only makes a task queue yield sooner.
         //
-        // But if we will sleep, there might be a timer registered that needs
-        // to be removed otherwise we'll wake up when it expires.
-        drop(self.latency_preemption_timeout_src.take());
-
-        // Schedule the throughput-based timeout immediately: it won't matter if we end
-        // up sleeping.
-        self.throughput_preemption_timeout_src.replace(Some(
-            main_ring.prepare_throughput_preemption_timer(
-                self.ring_depth() as u32,
-                self.eventfd_src.raw(),
-            ),
-        ));
+        // When parking, cancel the latency timer here, as 0.9.0 did on every call: there
+        // might be a timer registered that needs to be removed, otherwise we'll wake up
+        // when it expires; and its cancellation must be flushed and consumed below,
+        // before deciding to sleep.
+        if preempt_timer().is_none() {
+            drop(self.latency_preemption_timeout_src.take());
+        }
+        let throughput = self.throughput_preemption_timeout_src.take();
+        match throughput {
+            Some(pending) if pending.result().is_none() => {
+                self.throughput_preemption_timeout_src.set(Some(pending));
+            }
+            fired_or_none => {
+                drop(fired_or_none);
+                // Schedule the throughput-based timeout immediately: it won't matter if
+                // we end up sleeping.
+                self.throughput_preemption_timeout_src.replace(Some(
+                    main_ring.prepare_throughput_preemption_timer(
+                        self.ring_depth() as u32,
+                        self.eventfd_src.raw(),
+                    ),
+                ));
+            }
+        }
 
         // This will only dispatch if we run out of sqes. Which means until
         // flush_rings! nothing is really send to the kernel...
@@ -1880,8 +1901,26 @@ impl Reactor {
         }
 
         if let Some(preempt) = preempt_timer() {
-            self.latency_preemption_timeout_src
-                .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+            // pagurus: keep a pending timer armed less than half a preempt period ago: the
+            // next task queue then gets at least half its period before it is asked to
+            // yield, instead of all of it, and the loop saves a cancel and a re-arm.
+            let current = self.latency_preemption_timeout_src.take();
+            let fresh = self
+                .latency_preemption_armed_at
+                .get()
+                .is_some_and(|armed_at| armed_at.elapsed() < preempt / 2);
+            match current {
+                Some(pending) if fresh && pending.result().is_none() => {
+                    self.latency_preemption_timeout_src.set(Some(pending));
+                }
+                stale => {
+                    drop(stale);
+                    self.latency_preemption_timeout_src
+                        .set(Some(lat_ring.prepare_latency_preemption_timer(preempt)));
+                    self.latency_preemption_armed_at
+                        .set(Some(std::time::Instant::now()));
+                }
+            }
             flush_rings!(lat_ring, main_ring)?;
         }
 
