@@ -42,7 +42,7 @@ fn a_round_after_a_failed_sync_fails_even_if_its_own_sync_succeeded() {
                 // Small enough that the pre-extension job at open zeroes the whole segment
                 // and faults in more index slots than the test uses: no job runs after it,
                 // so the armed failure hits a round.
-                segment_bytes: 64 << 10,
+                segment_bytes: 1 << 20,
                 ..LogConfig::default()
             };
             let log = PartitionLog::open(&path, config).await.unwrap();
@@ -69,7 +69,9 @@ fn a_round_after_a_failed_sync_fails_even_if_its_own_sync_succeeded() {
                 );
                 glommio::timer::sleep(Duration::from_millis(1)).await;
             }
-            let second = log.append(&batch, None).await;
+            // Big enough to start a round while another is in flight.
+            let big = encode_batch(0, b"", &vec![8u8; 100 << 10], 1);
+            let second = log.append(&big, None).await;
             let first = first.await;
             // The I/O turn comes free once no round is in flight: the second round's
             // fdatasync has finished by then (the sync itself is refused: fenced).

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use tracing::{info, warn};
 
-use super::rounds::{SyncSlots, sync_files};
+use super::rounds::{OVERLAP_MIN_PENDING_BYTES, SyncSlots, sync_files};
 use super::{PENDING_CAPACITY_MIN_BYTES, PartitionLog};
 use crate::storage::segment::Segment;
 use crate::storage::watch::Watch;
@@ -117,13 +117,14 @@ impl PartitionLog {
     }
 
     /// Starts the I/O task unless it is running or there is nothing to do; under `always`,
-    /// also wakes it while it has rounds in flight and a slot free, so what was staged
-    /// starts a round of its own at once. Callers that stage batches and answer later (a
+    /// also wakes it while it has rounds in flight and a slot free, once enough is staged
+    /// to start an overlapping round at once. Callers that stage batches and answer later (a
     /// connection whose writer is busy with an earlier request) kick right after staging,
     /// so the write and fsync start at once.
     pub fn kick(self: &Rc<Self>) {
         let wake = if self.io_busy.get() {
-            self.io_signal.accepting.get() && !self.state.borrow().pending.is_empty()
+            self.io_signal.accepting.get()
+                && self.state.borrow().pending.len() >= OVERLAP_MIN_PENDING_BYTES
         } else {
             self.has_io_work()
         };

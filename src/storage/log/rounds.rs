@@ -48,6 +48,14 @@ use crate::storage::segment::SyncFiles;
 /// the next one (the block layer merges pending flushes).
 pub(crate) const ROUNDS_IN_FLIGHT_MAX: usize = 3;
 
+/// A round starts while others are in flight only once this much is pending. What overlap
+/// saves is the write and data write-back of the next round, which run during the flush
+/// in flight; for a few small batches that is little, and an extra round costs a whole
+/// write and fdatasync pair (on a loaded 2-CPU VM, half-load latency doubled when every
+/// staged batch started a round of its own: docs/LATENCY.md, (f)). Smaller batches wait
+/// for the next round to finish, as in plain group commit.
+pub(crate) const OVERLAP_MIN_PENDING_BYTES: usize = 64 * 1024;
+
 /// One round issued and not yet applied.
 #[derive(Debug)]
 struct Round {
@@ -260,14 +268,20 @@ impl PartitionLog {
         st.check_io().is_ok() && !st.is_rolling() && !rounds.is_full()
     }
 
-    /// A round may start and has work: bytes pending, or written and not yet covered.
+    /// A round may start and has work: bytes pending (enough of them to overlap a round in
+    /// flight), or written and not yet covered.
     fn round_wanted(&self, rounds: &Rounds) -> bool {
         if !self.may_start(rounds) {
             return false;
         }
         let st = self.state.borrow();
         let covered = rounds.issued_to().unwrap_or(st.durable_offset);
-        !st.pending.is_empty() || st.written_offset > covered
+        let pending = if rounds.is_empty() {
+            !st.pending.is_empty()
+        } else {
+            st.pending.len() >= OVERLAP_MIN_PENDING_BYTES
+        };
+        pending || st.written_offset > covered
     }
 
     /// Writes the pending buffer, applying rounds whose fdatasync finishes meanwhile, so
