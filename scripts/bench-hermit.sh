@@ -4,6 +4,8 @@
 #   scripts/bench-hermit.sh HERMIT_DIR
 #   QUICK=1 scripts/bench-hermit.sh HERMIT_DIR        # one round: a smoke test
 #   ROUNDS=5 BROKER_CPUS=0 CLIENT_CPUS=1 scripts/bench-hermit.sh HERMIT_DIR
+#   BROKER_BIN=/old/checkout/target/release/pagurus scripts/bench-hermit.sh HERMIT_DIR
+#                                     # another build's broker (before/after comparisons)
 #
 # HermitMQ is not part of this repository: HERMIT_DIR is a directory where you built it,
 # holding bin/hermitmq, bin/spam_producer, bin/spam_consumer and its hermitmq.json. Build it
@@ -61,7 +63,7 @@ ROUNDS=${ROUNDS:-3}
 [ "$QUICK" = 1 ] && ROUNDS=1
 CORES=${CORES:-0}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-120}
-BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
+BIN=${BROKER_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus}
 OUT=${OUT:-bench-results/hermit-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)

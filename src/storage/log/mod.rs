@@ -9,8 +9,8 @@
 //! I/O task at a time (spawned on demand, never owned by an appender, so a client that
 //! disconnects mid-flush cannot cancel it) writes the whole pending buffer with one
 //! io_uring write and, under `fsync = always`, one `fdatasync` of the `.wal` and one of the
-//! `.idx` issued together. Under `always`, what is staged while a round's fdatasync is in
-//! flight starts the next round at once, up to [`rounds::ROUNDS_IN_FLIGHT_MAX`] in flight,
+//! `.idx` issued together. Under `always`, once enough is staged while a round's fdatasync
+//! is in flight, it starts the next round at once, up to [`rounds::ROUNDS_IN_FLIGHT_MAX`] in flight,
 //! and results are applied in issue order ([`rounds`]); otherwise everything staged while a
 //! round is in flight rides on the next one. Either way N concurrent producers share
 //! fsyncs.

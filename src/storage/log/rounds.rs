@@ -3,9 +3,9 @@
 //! A round writes the pending buffer and fdatasyncs `.wal` and `.idx`. With one round at a
 //! time, a batch staged while a round's fdatasync is in flight waited for the rest of that
 //! round and then a whole round of its own (docs/LATENCY.md, (a)). Here the I/O task starts
-//! the next round (write, then fdatasync) as soon as something is staged, while up to
-//! [`ROUNDS_IN_FLIGHT_MAX`] rounds are in flight, and applies their results strictly in
-//! the order it issued them ([`Rounds`]):
+//! the next round (write, then fdatasync) as soon as [`OVERLAP_MIN_PENDING_BYTES`] are
+//! staged, while up to [`ROUNDS_IN_FLIGHT_MAX`] rounds are in flight, and applies their
+//! results strictly in the order it issued them ([`Rounds`]):
 //!
 //! - a round's batches are acknowledged once its own fdatasync **and** that of every round
 //!   issued before it have succeeded;
