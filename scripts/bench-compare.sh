@@ -5,6 +5,8 @@
 # each figure per side and the after/before ratio.
 #
 #   scripts/bench-compare.sh OLD_BROKER_BIN               # 3 rounds of the full suite
+#   scripts/bench-compare.sh OLD_BROKER_BIN NEW_BROKER_BIN  # two other builds (default
+#                                                         # NEW: this checkout's)
 #   ROUNDS=5 QUICK=1 scripts/bench-compare.sh OLD_BROKER_BIN
 #
 # OLD_BROKER_BIN is a release `pagurus` built from the "before" commit, e.g.
@@ -17,7 +19,8 @@ OLD=${1:?usage: scripts/bench-compare.sh OLD_BROKER_BIN}
 [ -x "$OLD" ] || { echo "$OLD is not an executable"; exit 1; }
 ROUNDS=${ROUNDS:-3}
 cargo build --release --quiet
-NEW=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
+NEW=${2:-${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus}
+[ -x "$NEW" ] || { echo "$NEW is not an executable"; exit 1; }
 DIR=${OUT:-bench-results/compare-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$DIR"
 for round in $(seq "$ROUNDS"); do

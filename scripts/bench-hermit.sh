@@ -5,7 +5,8 @@
 #   QUICK=1 scripts/bench-hermit.sh HERMIT_DIR        # one round: a smoke test
 #   ROUNDS=5 BROKER_CPUS=0 CLIENT_CPUS=1 scripts/bench-hermit.sh HERMIT_DIR
 #   BROKER_BIN=/old/checkout/target/release/pagurus scripts/bench-hermit.sh HERMIT_DIR
-#                                     # another build's broker (before/after comparisons)
+#                                     # another build's pagurus: before/after comparisons
+#   PERF=1 scripts/bench-hermit.sh HERMIT_DIR  # also kernel counts per batch (perf stat)
 #
 # HermitMQ is not part of this repository: HERMIT_DIR is a directory where you built it,
 # holding bin/hermitmq, bin/spam_producer, bin/spam_consumer and its hermitmq.json. Build it
@@ -69,6 +70,13 @@ mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d)
 BROKER=""
+PERF_PID=""
+# PERF=1: pagurus runs under `perf stat` (needs root or perf_event_paranoid <= -1), and the
+# summary adds these kernel counts per produced batch, which do not depend on how busy the
+# machine is (scripts/latency-probe.sh does the same for `pagurus bench`).
+PERF=${PERF:-0}
+PERF_EVENTS=${PERF_EVENTS:-context-switches,sched:sched_wakeup,syscalls:sys_enter_io_uring_enter,syscalls:sys_enter_membarrier}
+if [ "$PERF" = 1 ]; then command -v perf >/dev/null || { echo "PERF=1 needs perf (apt-get install linux-perf)"; exit 1; }; fi
 cleanup() { [ -n "$BROKER" ] && kill -9 "$BROKER" 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
 
@@ -88,6 +96,15 @@ start_broker() { # hermit | always | never
     # HermitMQ reads ./hermitmq.json and keeps its data in ./hermitmq-data.
     cp "$HERMIT_DIR/hermitmq.json" "$WORK/run/"
     (cd "$WORK/run" && exec "${BROKER_PIN[@]}" "$HERMIT_DIR/bin/hermitmq") >"$OUT/broker-$1-$2.log" 2>&1 &
+  elif [ "$PERF" = 1 ]; then
+    perf stat -x, -o "$OUT/perf-$1-$2.csv" -e "$PERF_EVENTS" -- \
+      "${BROKER_PIN[@]}" "$BIN" serve --data-dir "$WORK/run/data" --listen 127.0.0.1:9092 \
+      --cores "$CORES" --fsync "$1" >"$OUT/broker-$1-$2.log" 2>&1 &
+    PERF_PID=$!
+    # perf does not pass signals on: the broker is perf's child.
+    for _ in $(seq 100); do BROKER=$(pgrep -P "$PERF_PID" || true); [ -n "$BROKER" ] && break; sleep 0.05; done
+    wait_port
+    return
   else
     "${BROKER_PIN[@]}" "$BIN" serve --data-dir "$WORK/run/data" --listen 127.0.0.1:9092 \
       --cores "$CORES" --fsync "$1" >"$OUT/broker-$1-$2.log" 2>&1 &
@@ -100,6 +117,8 @@ stop_broker() {
   kill -TERM "$BROKER" 2>/dev/null || true
   wait "$BROKER" 2>/dev/null || true
   BROKER=""
+  # perf writes its counts when the broker exits.
+  if [ -n "$PERF_PID" ]; then wait "$PERF_PID" 2>/dev/null || true; PERF_PID=""; fi
   # The next broker binds the same port with SO_REUSEPORT: make sure this one is gone.
   for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/9092) 2>/dev/null || return 0; sleep 0.1; done
   echo "a broker still listens on 127.0.0.1:9092 after its TERM"; exit 1
@@ -115,9 +134,18 @@ one_run() { # broker kind, round -> appends "kind producer_rate consumer_rate" t
     || { echo "spam_producer failed against $kind (see $log-producer.txt)"; exit 1; }
   wait "$consumer" || { echo "spam_consumer failed against $kind (see $log-consumer.txt)"; exit 1; }
   stop_broker
-  python3 - "$kind" "$log-producer.txt" "$log-consumer.txt" >>"$WORK/results" <<'PY'
+  python3 - "$kind" "$log-producer.txt" "$log-consumer.txt" "$OUT/broker-$kind-$round.log" \
+    "$OUT/perf-$kind-$round.csv" >>"$WORK/results" <<'PY'
 import re, sys
 kind, prod, cons = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read()
+# pagurus's stop lines ("core stopped ... counters=name=value ..."), summed over cores.
+counters = {}
+for line in open(sys.argv[4], errors="replace"):
+    if "core stopped" in line and "counters=" in line:
+        for item in line.split("counters=", 1)[1].split():
+            name, _, value = item.partition("=")
+            if value.isdigit():
+                counters[name] = counters.get(name, 0) + int(value)
 m = re.search(r"All Producers finished in (\S+)", prod)
 if not m:
     sys.exit(f"no producer time in {sys.argv[2]}")
@@ -129,7 +157,18 @@ if not c:
     sys.exit(f"no consumer rate in {sys.argv[3]}")
 if "Producer" in prod and "failed" in prod:
     sys.exit(f"a producer failed: {sys.argv[2]}")
-print(kind, 1_000_000 / secs, float(c.group(1)))
+batches = max(counters.get("batches_in", 0), 1)
+# perf stat -x, lines: value,unit,event,...
+perf = []
+try:
+    for line in open(sys.argv[5]):
+        f = line.strip().split(",")
+        if len(f) >= 3 and f[0].replace(".", "").isdigit():
+            perf.append(f"{f[2]}={float(f[0]) / batches:.2f}")
+except (FileNotFoundError, IndexError):
+    pass
+print(kind, 1_000_000 / secs, float(c.group(1)), counters.get("mesh_calls", 0) / batches,
+      counters.get("connections_handed_off", 0), *perf)
 PY
   echo ">> round $round, $kind: $(tail -n1 "$WORK/results")" >&2
 }
@@ -153,11 +192,22 @@ print()
 print(f"{sys.argv[3]} CPUs, {sys.argv[4]}, broker CPUs {sys.argv[5]}, tools' CPUs {sys.argv[6]}.")
 print("10 producer connections x 100,000 records of 28 B, 100 per batch, one batch in flight each.")
 print()
-print("| broker | producer rec/s (median) | x HermitMQ | consumer rec/s (median) | x HermitMQ | producer runs |")
-print("|---|---|---|---|---|---|")
+print("| broker | producer rec/s (median) | x HermitMQ | consumer rec/s (median) | x HermitMQ | producer runs | mesh calls per batch | connections handed off |")
+print("|---|---|---|---|---|---|---|---|")
 h = med["hermit"]
 for kind in ("hermit", "always", "never"):
     p, c, ps, _ = med[kind]
     runs = ", ".join(f"{x:,.0f}" for x in ps)
-    print(f"| {name[kind]} | {p:,.0f} | {p / h[0]:.2f} | {c:,.0f} | {c / h[1]:.2f} | {runs} |")
+    mesh = "-" if kind == "hermit" else ", ".join(f"{float(r[3]):.3f}" for r in rows if r[0] == kind)
+    handed = "-" if kind == "hermit" else ", ".join(r[4] for r in rows if r[0] == kind)
+    print(f"| {name[kind]} | {p:,.0f} | {p / h[0]:.2f} | {c:,.0f} | {c / h[1]:.2f} | {runs} | {mesh} | {handed} |")
+print()
+print("Mesh calls per batch and hand-offs come from pagurus's stop lines (all cores, each run).")
+perf = [r for r in rows if len(r) > 5]
+if perf:
+    print()
+    print("Kernel counts of the broker per produced batch (perf stat), each run:")
+    print()
+    for r in perf:
+        print(f"- {name[r[0]]}: " + ", ".join(r[5:]))
 PY

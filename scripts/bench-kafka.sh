@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Kafka clients against pagurus, beside pagurus's own client on the same workload:
+# Kafka clients (confluent-kafka from Python, kcat from C) against pagurus, beside
+# pagurus's own client on the same workload:
 # COUNT messages of 100 B into a topic of PARTITIONS partitions, acks=all (fsync=always),
 # linger 5 ms, then consumed from the beginning. ROUNDS rounds each; prints every round and
 # the medians of produce msg/s, produce p99 and consume msg/s.
@@ -23,7 +24,10 @@ cargo build --release --quiet
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
 WORK=$(mktemp -d)
 BROKER=""
-cleanup() { [ -n "$BROKER" ] && kill "$BROKER" 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() {
+  if [ -n "$BROKER" ]; then kill "$BROKER" 2>/dev/null || true; wait "$BROKER" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 PORT=$((20000 + RANDOM % 10000))
 "$BIN" serve --data-dir "$WORK/data" --listen "127.0.0.1:$PORT" --cores "$CORES" --fsync always \
@@ -34,14 +38,37 @@ for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && brea
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "workload: $COUNT x $SIZE B, $PARTITIONS partitions, acks=all, fsync=always, linger 5 ms"
 kafka=()
+kcat_rows=()
 native=()
+# kcat's input: COUNT lines of SIZE bytes each (the newline is the separator, not payload).
+python3 -c 'import sys; sys.stdout.write(("x" * int(sys.argv[2]) + "\n") * int(sys.argv[1]))' \
+  "$COUNT" "$SIZE" >"$WORK/lines"
+now_s() { date +%s.%N; }
 for round in $(seq "$ROUNDS"); do
   k=$(python3 scripts/bench_kafka.py "127.0.0.1:$PORT" "kafka-$round" "$COUNT" "$SIZE" "$PARTITIONS")
   echo "round $round kafka (confluent-kafka): $k"
   kafka+=("$k")
+  if command -v kcat >/dev/null; then
+    # kcat is librdkafka in C: a client that costs far less CPU per message than Python.
+    # No per-message latency from it; its rates include connecting and metadata.
+    "$BIN" topics create "kcat-$round" --partitions "$PARTITIONS" --broker "127.0.0.1:$PORT" >/dev/null
+    t0=$(now_s)
+    kcat -P -b "127.0.0.1:$PORT" -t "kcat-$round" -X acks=all -X linger.ms=5 \
+      -X queue.buffering.max.messages=1000000 -X batch.num.messages=10000 <"$WORK/lines"
+    t1=$(now_s)
+    # queued.min.messages: as fetch.queue.backoff.ms in bench_kafka.py (kcat's librdkafka
+    # may predate that setting), keep librdkafka from pausing its fetches for 1 s.
+    got=$(kcat -C -b "127.0.0.1:$PORT" -t "kcat-$round" -o beginning -e -q -X fetch.wait.max.ms=10 \
+      -X queued.min.messages=10000000 | wc -l)
+    t2=$(now_s)
+    [ "$got" -eq "$COUNT" ] || { echo "kcat consumed $got of $COUNT"; exit 1; }
+    kc=$(python3 -c 'import json,sys; n,a,b,c=map(float,sys.argv[1:]); print(json.dumps({"produce_msgs": n/(b-a), "produce_p99_ms": float("nan"), "consume_msgs": n/(c-b)}))' "$COUNT" "$t0" "$t1" "$t2")
+    echo "round $round kafka (kcat): $kc"
+    kcat_rows+=("$kc")
+  fi
   p=$("$BIN" bench --broker "127.0.0.1:$PORT" --producers 4 --consumers 0 --topics 1 \
       --partitions "$PARTITIONS" --topic-prefix "native-$round" --size "$SIZE" --batch 100 \
-      --linger-ms 5 --count "$COUNT" --warmup 0 --json --quiet 2>/dev/null | tail -1)
+      --linger-ms 5 --count "$COUNT" --warmup 0 --keep-topics --json --quiet 2>/dev/null | tail -1)
   c=$("$BIN" bench --broker "127.0.0.1:$PORT" --producers 0 --consumers 1 --topics 1 \
       --partitions "$PARTITIONS" --topic-prefix "native-$round" --from earliest \
       --count "$COUNT" --warmup 0 --json --quiet 2>/dev/null | tail -1)
@@ -49,16 +76,19 @@ for round in $(seq "$ROUNDS"); do
   echo "round $round native (pagurus bench): $n"
   native+=("$n")
 done
-python3 - "${kafka[@]}" -- "${native[@]}" <<'PY'
+python3 - "${kafka[@]}" -- "${kcat_rows[@]}" -- "${native[@]}" <<'PY'
 import json, statistics, sys
 args = sys.argv[1:]
-cut = args.index("--")
-kafka = [json.loads(a) for a in args[:cut]]
-native = [json.loads(a) for a in args[cut + 1:]]
+first = args.index("--")
+second = args.index("--", first + 1)
+kafka = [json.loads(a) for a in args[:first]]
+kcat = [json.loads(a) for a in args[first + 1:second]]
+native = [json.loads(a) for a in args[second + 1:]]
 med = lambda xs: statistics.median(xs)
 print("\nmedians of %d rounds" % len(kafka))
 print("%-28s %14s %14s %14s" % ("client", "produce msg/s", "produce p99 ms", "consume msg/s"))
-for name, rounds in [("confluent-kafka (Kafka API)", kafka), ("pagurus bench (native)", native)]:
+rows = [("confluent-kafka (Kafka API)", kafka), ("kcat (Kafka API)", kcat), ("pagurus bench (native)", native)]
+for name, rounds in [(n, r) for n, r in rows if r]:
     print("%-28s %14.0f %14.2f %14.0f" % (name, med([r["produce_msgs"] for r in rounds]),
           med([r["produce_p99_ms"] for r in rounds]), med([r["consume_msgs"] for r in rounds])))
 PY

@@ -1,6 +1,9 @@
 //! Limits on what one client can make the broker hold. Every size read from the network or
 //! the disk is checked against these before memory is allocated for it.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 /// Size limits on record batches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -16,6 +19,33 @@ impl Default for Limits {
             max_payload_bytes: 50 * 1024 * 1024,
             max_key_bytes: 64 * 1024,
         }
+    }
+}
+
+/// A place under the broker-wide connection limit (`--max-connections`), given back on
+/// drop. It moves with its connection: a HermitMQ v1 connection handed to another core
+/// (`shard::handoff`) takes its slot along, so it is counted once wherever it is served.
+#[derive(Debug)]
+pub struct ConnectionSlot {
+    open: Arc<AtomicUsize>,
+}
+
+impl ConnectionSlot {
+    /// Takes a slot unless `max` connections are open.
+    pub fn try_take(open: &Arc<AtomicUsize>, max: usize) -> Option<ConnectionSlot> {
+        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            (n < max).then_some(n + 1)
+        })
+        .ok()
+        .map(|_| ConnectionSlot {
+            open: Arc::clone(open),
+        })
+    }
+}
+
+impl Drop for ConnectionSlot {
+    fn drop(&mut self) {
+        self.open.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

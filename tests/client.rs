@@ -430,3 +430,111 @@ fn a_producer_reports_a_lost_broker_and_reconnects() {
         .collect();
     assert_eq!(values, vec![b"before".to_vec(), b"after".to_vec()]);
 }
+
+/// Two glommio group members share a topic's partitions (the broker assigns them) and
+/// read them; one leaves (it commits and leaves), the other takes over its partitions and
+/// every record, old and new, is read.
+#[test]
+fn glommio_group_members_share_partitions_and_take_over_after_a_leave() {
+    use pagurus::client::glommio::GroupConsumer;
+    use pagurus::client::group::GroupConfig;
+    use std::cell::{Cell, RefCell};
+    use std::collections::BTreeSet;
+    use std::rc::Rc;
+
+    const PARTITIONS: u32 = 4;
+    let (_dir, broker) = start(2);
+    create(&broker, "shared", PARTITIONS);
+    let addr = broker.addr;
+    on_glommio(move || async move {
+        /// What a member task shows the test: its partitions, what it read, and when to stop.
+        #[derive(Default)]
+        struct Shown {
+            partitions: RefCell<BTreeSet<(String, u32)>>,
+            seen: RefCell<BTreeSet<String>>,
+            stop: Cell<bool>,
+        }
+        let config = GroupConfig {
+            session_timeout: Duration::from_secs(6),
+            rebalance_timeout: Duration::from_secs(6),
+            ..GroupConfig::new("gg", &["shared"])
+        };
+        let member = |shown: Rc<Shown>| {
+            let config = config.clone();
+            glommio::spawn_local(async move {
+                let client = Client::connect(addr).await.unwrap();
+                let timeout = Duration::from_secs(5);
+                let mut consumer =
+                    GroupConsumer::new(client, config, OffsetSpec::Earliest, timeout);
+                consumer.set_max_bytes(256);
+                while !shown.stop.get() {
+                    if let Some(fetch) = consumer.poll(Duration::from_millis(50)).await.unwrap() {
+                        let mut seen = shown.seen.borrow_mut();
+                        seen.extend(
+                            fetch
+                                .records()
+                                .map(|r| String::from_utf8(r.value.to_vec()).unwrap()),
+                        );
+                    }
+                    *shown.partitions.borrow_mut() =
+                        consumer.partitions().iter().cloned().collect();
+                }
+                consumer.close().await.unwrap();
+            })
+        };
+        let (a, b) = (Rc::new(Shown::default()), Rc::new(Shown::default()));
+        let task_a = member(Rc::clone(&a));
+        let task_b = member(Rc::clone(&b));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let until = |what: &str, done: &dyn Fn() -> bool| {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            !done()
+        };
+        while until("two members with two partitions each", &|| {
+            let (pa, pb) = (a.partitions.borrow(), b.partitions.borrow());
+            pa.len() == 2 && pb.len() == 2 && pa.is_disjoint(&pb)
+        }) {
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        let producer = Producer::connect(addr, ProducerConfig::default())
+            .await
+            .unwrap();
+        let mut everything = BTreeSet::new();
+        let round = async |name: &str, everything: &mut BTreeSet<String>| {
+            for p in 0..PARTITIONS {
+                for i in 0..50 {
+                    let value = format!("{name}-{p}-{i}");
+                    producer
+                        .send_to("shared", p, b"", value.as_bytes())
+                        .await
+                        .unwrap();
+                    everything.insert(value);
+                }
+            }
+            producer.flush().await.unwrap();
+        };
+        round("first", &mut everything).await;
+        let read_all = |everything: &BTreeSet<String>| {
+            let (sa, sb) = (a.seen.borrow(), b.seen.borrow());
+            everything.iter().all(|v| sa.contains(v) || sb.contains(v))
+        };
+        while until("both members reading their partitions", &|| {
+            read_all(&everything) && !a.seen.borrow().is_empty() && !b.seen.borrow().is_empty()
+        }) {
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        a.stop.set(true);
+        task_a.await;
+        while until("b taking over every partition", &|| {
+            b.partitions.borrow().len() == 4
+        }) {
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        round("second", &mut everything).await;
+        while until("every record read", &|| read_all(&everything)) {
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        b.stop.set(true);
+        task_b.await;
+    });
+}

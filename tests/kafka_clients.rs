@@ -166,6 +166,46 @@ fn kafka_python_produce_and_consume() {
     assert_eq!(out["consumed"], 3000, "{out}");
 }
 
+/// Deleting a topic wins over running Kafka clients (docs/KAFKA.md, "Deleting a topic"):
+/// a librdkafka producer, a kafka-python producer (its Metadata allows auto-creation) and a
+/// tailing consumer do not make it again; a new client may, and the old ones still cannot
+/// write into that new topic.
+#[test]
+fn delete_wins_over_running_kafka_clients() {
+    if !have_python("confluent_kafka") || !have_python("kafka") {
+        return;
+    }
+    let (_dir, broker) = start(2);
+    let out = driver(
+        "delete.py",
+        &[&bootstrap(&broker), env!("CARGO_BIN_EXE_pagurus")],
+    );
+    let n = |key: &str| out[key].as_u64().unwrap_or(0);
+    assert!(n("rd_ok_before") > 0 && n("kp_ok_before") > 0, "{out}");
+    assert!(n("consumed_before") > 0, "{out}");
+    assert_eq!(out["listed_mid"], false, "the topic came back: {out}");
+    assert_eq!(out["listed_after"], false, "the topic came back: {out}");
+    for old in [
+        "rd_ok_after",
+        "kp_ok_after",
+        "rd_ok_recreated",
+        "kp_ok_recreated",
+    ] {
+        assert_eq!(
+            n(old),
+            0,
+            "{old}: an old client wrote after the delete: {out}"
+        );
+    }
+    assert!(
+        n("rd_failed_after") > 0 && n("kp_failed_after") > 0,
+        "{out}"
+    );
+    assert_eq!(out["fresh_errors"], serde_json::json!([]), "{out}");
+    assert_eq!(n("new_partitions"), 1, "{out}");
+    assert_eq!(n("new_high"), 1, "only the new client's record: {out}");
+}
+
 /// Kafka-produced records read by `pagurus consume` and by a HermitMQ v1 consumer, and
 /// native-produced records read by kcat.
 #[test]

@@ -1,6 +1,7 @@
 //! The Kafka front-end at the byte level, over a raw socket with requests built by the
 //! `kafka-protocol` crate: idempotent retries, sequence and epoch errors, bad batches,
-//! NOT_LEADER_OR_FOLLOWER on the wrong core's port, unsupported APIs.
+//! NOT_LEADER_OR_FOLLOWER on the wrong core's port, unsupported APIs, a deleted topic
+//! staying deleted for open connections, JoinGroup's MEMBER_ID_REQUIRED.
 
 mod common;
 
@@ -222,4 +223,105 @@ fn bad_batches_wrong_core_and_unsupported_apis() {
     assert_eq!(&answer[..4], &777i32.to_be_bytes());
     assert_eq!(&answer[4..6], &35i16.to_be_bytes());
     assert_eq!(produce(&mut conn, "bad", good), (0, 8));
+}
+
+/// Metadata v9 for `topic`, allowing auto-creation: the topic's error code.
+fn metadata_code(conn: &mut Conn, topic: &str) -> i16 {
+    use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    let request = MetadataRequest::default()
+        .with_allow_auto_topic_creation(true)
+        .with_topics(Some(vec![MetadataRequestTopic::default().with_name(Some(
+            TopicName(StrBytes::from_string(topic.to_string())),
+        ))]));
+    let mut body = conn.call(ApiKey::Metadata, 9, &request);
+    let response = MetadataResponse::decode(&mut body, 9).unwrap();
+    response.topics[0].error_code
+}
+
+/// Deleting a topic wins over Kafka connections (docs/KAFKA.md, "Deleting a topic"): one
+/// that produced and one that was only open get UNKNOWN_TOPIC_OR_PARTITION and create
+/// nothing, even by Metadata with auto-creation; a new connection may make the name again,
+/// and the old ones still cannot use that new topic.
+#[test]
+fn a_deleted_topic_stays_deleted_for_open_kafka_connections() {
+    let (_dir, broker) = start();
+    let mut producer = Conn::connect(broker.addr);
+    let mut idle = Conn::connect(broker.addr);
+    // The broker knows a Kafka connection from its first request (as every client sends
+    // ApiVersions first).
+    let versions = kafka_protocol::messages::ApiVersionsRequest::default();
+    idle.call(ApiKey::ApiVersions, 0, &versions);
+    create(&mut producer, "gone");
+    assert_eq!(produce(&mut producer, "gone", batch(-1, -1, -1, 2)), (0, 0));
+    broker.client().delete_topic("gone").unwrap();
+
+    assert_eq!(produce(&mut producer, "gone", batch(-1, -1, -1, 2)).0, 3);
+    assert_eq!(metadata_code(&mut producer, "gone"), 3);
+    assert_eq!(metadata_code(&mut idle, "gone"), 3);
+    assert_eq!(produce(&mut idle, "gone", batch(-1, -1, -1, 2)).0, 3);
+    assert!(
+        broker.client().metadata(&[]).unwrap().topics.is_empty(),
+        "nothing made the topic again"
+    );
+
+    // A new connection may; the old ones still may not use what it made.
+    let mut fresh = Conn::connect(broker.addr);
+    assert_eq!(metadata_code(&mut fresh, "gone"), 0);
+    assert_eq!(produce(&mut fresh, "gone", batch(-1, -1, -1, 1)), (0, 0));
+    assert_eq!(produce(&mut producer, "gone", batch(-1, -1, -1, 2)).0, 3);
+    assert_eq!(produce(&mut idle, "gone", batch(-1, -1, -1, 2)).0, 3);
+    // A connection that deletes and creates the name itself knows it.
+    let delete = kafka_protocol::messages::DeleteTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topic_names(vec![TopicName(StrBytes::from_static_str("gone"))]);
+    let mut body = idle.call(ApiKey::DeleteTopics, 4, &delete);
+    let deleted = kafka_protocol::messages::DeleteTopicsResponse::decode(&mut body, 4).unwrap();
+    assert_eq!(deleted.responses[0].error_code, 0, "{deleted:?}");
+    create(&mut idle, "gone");
+    assert_eq!(produce(&mut idle, "gone", batch(-1, -1, -1, 1)), (0, 0));
+    assert_eq!(produce(&mut fresh, "gone", batch(-1, -1, -1, 1)).0, 3);
+}
+
+/// JoinGroup v5 with no member id: MEMBER_ID_REQUIRED and an id (KIP-394); the join with
+/// that id forms generation 1 with the member as leader.
+#[test]
+fn join_group_v5_hands_out_a_member_id_first() {
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::{GroupId, JoinGroupRequest, JoinGroupResponse};
+    let (_dir, broker) = start();
+    let mut conn = Conn::connect(broker.addr);
+    let join = |member_id: StrBytes| {
+        JoinGroupRequest::default()
+            .with_group_id(GroupId(StrBytes::from_static_str("kip394")))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(member_id)
+            .with_protocol_type(StrBytes::from_static_str("consumer"))
+            .with_protocols(vec![
+                JoinGroupRequestProtocol::default()
+                    .with_name(StrBytes::from_static_str("range"))
+                    .with_metadata(Bytes::from_static(b"sub")),
+            ])
+    };
+    let mut body = conn.call(ApiKey::JoinGroup, 5, &join(StrBytes::default()));
+    let first = JoinGroupResponse::decode(&mut body, 5).unwrap();
+    assert_eq!(first.error_code, 79, "{first:?}");
+    assert!(!first.member_id.is_empty(), "{first:?}");
+    let mut body = conn.call(ApiKey::JoinGroup, 5, &join(first.member_id.clone()));
+    let joined = JoinGroupResponse::decode(&mut body, 5).unwrap();
+    assert_eq!(joined.error_code, 0, "{joined:?}");
+    assert_eq!(joined.generation_id, 1);
+    assert_eq!(joined.member_id, first.member_id);
+    assert_eq!(joined.leader, first.member_id);
+    // An id nobody handed out is unknown.
+    let mut body = conn.call(
+        ApiKey::JoinGroup,
+        5,
+        &join(StrBytes::from_static_str("x-1")),
+    );
+    assert_eq!(
+        JoinGroupResponse::decode(&mut body, 5).unwrap().error_code,
+        25
+    );
 }

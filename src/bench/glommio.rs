@@ -71,7 +71,7 @@ async fn produce(shared: Arc<Shared>, spec: ProducerSpec) -> Result<WorkerResult
 
 async fn produce_inner(shared: &Shared, spec: &ProducerSpec) -> Result<WorkerResult, String> {
     let args = &shared.args;
-    let client = Client::connect(spec.addr)
+    let client = Client::connect_timeout(spec.addr, args.target.timeout())
         .await
         .map_err(|e| e.to_string())?;
     let schedule = batch_schedule(args, spec.index);
@@ -159,7 +159,7 @@ async fn produce_inner(shared: &Shared, spec: &ProducerSpec) -> Result<WorkerRes
 
 async fn consume(shared: Arc<Shared>, spec: ConsumerSpec) -> Result<WorkerResult, String> {
     let args = &shared.args;
-    let client = Client::connect(spec.addr)
+    let client = Client::connect_timeout(spec.addr, args.target.timeout())
         .await
         .map_err(|e| format!("consumer: {e}"))?;
     let measure_from_unix_ns = WallClock::now().unix_ns(shared.measure_from);

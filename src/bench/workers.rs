@@ -102,7 +102,8 @@ pub fn produce(shared: Arc<Shared>, spec: ProducerSpec) -> Result<WorkerResult, 
 
 fn produce_inner(shared: &Shared, spec: &ProducerSpec) -> Result<WorkerResult, String> {
     let args = &shared.args;
-    let mut client = Client::connect(spec.addr).map_err(|e| e.to_string())?;
+    let mut client =
+        Client::connect_timeout(spec.addr, args.target.timeout()).map_err(|e| e.to_string())?;
     let schedule = batch_schedule(args, spec.index);
     let (quota, deadline, per_batch, interval) = (
         schedule.quota,
@@ -179,7 +180,8 @@ fn produce_inner(shared: &Shared, spec: &ProducerSpec) -> Result<WorkerResult, S
 /// Reads `partitions` round robin on one connection to the broker's main address.
 pub fn consume(shared: Arc<Shared>, partitions: Vec<ConsumerSpec>) -> Result<WorkerResult, String> {
     let args = &shared.args;
-    let mut client = Client::connect(shared.broker).map_err(|e| format!("consumer: {e}"))?;
+    let mut client = Client::connect_timeout(shared.broker, shared.args.target.timeout())
+        .map_err(|e| format!("consumer: {e}"))?;
     let mut offsets: Vec<u64> = partitions.iter().map(|p| p.offset).collect();
     let wait = if partitions.len() == 1 {
         Duration::from_millis(100)

@@ -90,6 +90,8 @@ pub struct Membership {
     positions: BTreeMap<(String, u32), u64>,
     /// Last offset committed (or found committed), per partition.
     committed: BTreeMap<(String, u32), u64>,
+    /// Next partition to read, round robin.
+    turn: usize,
 }
 
 impl Membership {
@@ -101,6 +103,7 @@ impl Membership {
             next_heartbeat: Instant::now(),
             positions: BTreeMap::new(),
             committed: BTreeMap::new(),
+            turn: 0,
         }
     }
 
@@ -199,6 +202,52 @@ impl Membership {
             .collect()
     }
 
+    /// Fetches one poll makes at most: every assigned partition once without waiting, then
+    /// the next one again with the poll's wait ([`Membership::next_partition`] each time).
+    pub fn fetches_per_poll(&self) -> usize {
+        match self.partitions().len() {
+            0 => 0,
+            n => n + 1,
+        }
+    }
+
+    /// The next assigned partition to read, round robin; none while unassigned.
+    pub fn next_partition(&mut self) -> Option<(String, u32)> {
+        let partitions = self.partitions();
+        let next = partitions.get(self.turn % partitions.len().max(1)).cloned();
+        self.turn = self.turn.wrapping_add(1);
+        next
+    }
+
+    /// Takes what a fetch of `topic`/`partition` from `from` found: `Ok(Some(next))` (the
+    /// offset after its last batch) moves the position there; `Ok(None)` (nothing new)
+    /// keeps it. An `OffsetOutOfRange` whose log start is past `from` (retention deleted
+    /// the position) moves it to the log start and is no error. True when the fetch
+    /// brought batches.
+    pub fn fetched(
+        &mut self,
+        topic: &str,
+        partition: u32,
+        from: u64,
+        outcome: Result<Option<u64>, ClientError>,
+    ) -> Result<bool, ClientError> {
+        match outcome {
+            Ok(Some(next)) => {
+                self.seek(topic, partition, next, false);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(ClientError::Broker { code, earliest, .. })
+                if ErrorCode::from_u16(code) == Some(ErrorCode::OffsetOutOfRange)
+                    && from < earliest =>
+            {
+                self.seek(topic, partition, earliest, false);
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     pub fn committed_at(&mut self, topic: &str, partition: u32, offset: u64) {
         self.committed
             .insert((topic.to_string(), partition), offset);
@@ -234,5 +283,42 @@ mod tests {
         m.rejoin(Next::RejoinFresh);
         assert!(m.member_id.is_empty());
         assert!(m.partitions().is_empty());
+        assert_eq!(m.fetches_per_poll(), 0);
+        assert_eq!(m.next_partition(), None);
+    }
+
+    #[test]
+    fn polls_go_round_robin_and_fetches_move_positions() {
+        let mut m = Membership::new(GroupConfig::new("g", &["t"]));
+        let joined = JoinedGroup {
+            member_id: "m-1".into(),
+            generation: 1,
+            leader: "m-1".into(),
+            partitions: vec![("t".to_string(), 0), ("t".to_string(), 1)],
+        };
+        m.joined(joined, Instant::now());
+        m.seek("t", 0, 0, false);
+        m.seek("t", 1, 0, false);
+        assert_eq!(m.fetches_per_poll(), 3);
+        let order: Vec<u32> = (0..3).map(|_| m.next_partition().unwrap().1).collect();
+        assert_eq!(order, vec![0, 1, 0]);
+        assert!(matches!(m.fetched("t", 1, 0, Ok(Some(10))), Ok(true)));
+        assert_eq!(m.position("t", 1), Some(10));
+        assert!(matches!(m.fetched("t", 1, 10, Ok(None)), Ok(false)));
+        let out_of_range = |earliest| ClientError::Broker {
+            code: ErrorCode::OffsetOutOfRange as u16,
+            name: "OffsetOutOfRange",
+            message: String::new(),
+            earliest,
+            latest: 50,
+        };
+        // Retention passed the position: on at the log start, no error.
+        assert!(matches!(
+            m.fetched("t", 0, 0, Err(out_of_range(20))),
+            Ok(false)
+        ));
+        assert_eq!(m.position("t", 0), Some(20));
+        // Past the end: the caller's error.
+        assert!(m.fetched("t", 0, 60, Err(out_of_range(20))).is_err());
     }
 }

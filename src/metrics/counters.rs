@@ -34,6 +34,12 @@ counters!(
     connections_timed_out,
     /// Connections open now (a gauge).
     connections_open,
+    /// HermitMQ v1 connections this core handed to the core that owns their partition.
+    connections_handed_off,
+    /// Connections another core handed to this one, the owner of their partition.
+    connections_adopted,
+    /// Hand-offs not made (the mesh full, the owner stopping): served where accepted.
+    handoffs_declined,
     /// Frames whose length was over the limit (skipped, answered with an error).
     frames_too_large,
     /// Requests that could not be decoded.
@@ -46,6 +52,8 @@ counters!(
     topic_limit_hits,
     /// Connections closed because the first byte named no protocol pagurus speaks.
     unknown_protocols,
+    /// Requests refused because their connection used a topic deleted since (`shard::used`).
+    deleted_topic_refusals,
     /// Kafka requests received.
     kafka_requests,
     /// Kafka requests for an API or version pagurus does not serve (answered UNSUPPORTED_VERSION).
@@ -64,6 +72,8 @@ counters!(
     records_out,
     /// Calls sent to other cores.
     mesh_calls,
+    /// Of those, produce calls: batches staged on another core than their connection's.
+    mesh_produces,
     /// Calls received from other cores.
     mesh_calls_received,
     /// Answers sent back to calling cores.

@@ -78,6 +78,16 @@ const CORE_FAMILIES: &[CounterFamily] = &[
         &[("connections_open", &[])],
     ),
     family(
+        "pagurus_connection_handoffs_total",
+        Kind::Counter,
+        "HermitMQ v1 connections moved to the core that owns their partition: handed off by this core, adopted by it, or declined (served where accepted).",
+        &[
+            ("connections_handed_off", &[("outcome", "handed_off")]),
+            ("connections_adopted", &[("outcome", "adopted")]),
+            ("handoffs_declined", &[("outcome", "declined")]),
+        ],
+    ),
+    family(
         "pagurus_rejected_total",
         Kind::Counter,
         "Bad input refused, by reason.",
@@ -140,6 +150,12 @@ const CORE_FAMILIES: &[CounterFamily] = &[
                 &[("direction", "received"), ("kind", "answer")],
             ),
         ],
+    ),
+    family(
+        "pagurus_mesh_produces_total",
+        Kind::Counter,
+        "Produce calls sent to the owning core (batches that crossed cores).",
+        &[("mesh_produces", &[])],
     ),
     family(
         "pagurus_retention_deleted_bytes_total",

@@ -31,6 +31,28 @@ pub enum BatchFormat {
     Kafka,
 }
 
+/// What is already known of a batch handed to the storage, besides what it always checks
+/// (framing and sizes): each CRC pass over a batch is paid once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchTrust {
+    /// The producer's CRC-32C of the batch as sent, to check; the format is found from the
+    /// bytes ([`format_of`]).
+    ProducerCrc(u32),
+    /// Built in this process (nothing to check); the format is found from the bytes.
+    Built,
+    /// Built by the Kafka front-end around a RecordBatch v2 whose CRC-32C it checked (empty
+    /// key, the payload exactly that batch): [`BatchFormat::Kafka`], which is what
+    /// [`format_of`] finds, without a second pass over its bytes.
+    KafkaChecked,
+}
+
+impl BatchTrust {
+    /// A producer's CRC if it gave one, else a batch built here.
+    pub fn from_crc(producer_crc: Option<u32>) -> BatchTrust {
+        producer_crc.map_or(BatchTrust::Built, BatchTrust::ProducerCrc)
+    }
+}
+
 /// The format of a checked batch: Kafka when its key is empty and its payload is exactly
 /// one valid RecordBatch v2 (so a recovery scan finds the same format staging recorded).
 pub fn format_of(batch: &[u8], header: &BatchHeader) -> BatchFormat {

@@ -3,8 +3,6 @@
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use futures_lite::FutureExt;
@@ -12,39 +10,36 @@ use futures_lite::FutureExt;
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
 
+pub use crate::limits::ConnectionSlot;
 use crate::metrics::counters::Metrics;
+use crate::server::handoff::Place;
 use crate::server::io::read_exact;
 use crate::server::{hermit, kafka, native};
 use crate::shard::Shard;
-
-/// A slot under the broker-wide connection limit, given back on drop.
-pub struct ConnectionSlot {
-    open: Arc<AtomicUsize>,
-}
-
-impl ConnectionSlot {
-    /// Takes a slot unless `max` connections are open.
-    pub fn try_take(open: &Arc<AtomicUsize>, max: usize) -> Option<ConnectionSlot> {
-        open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
-            (n < max).then_some(n + 1)
-        })
-        .ok()
-        .map(|_| ConnectionSlot {
-            open: Arc::clone(open),
-        })
-    }
-}
-
-impl Drop for ConnectionSlot {
-    fn drop(&mut self) {
-        self.open.fetch_sub(1, Ordering::AcqRel);
-    }
-}
+use crate::shard::calls::HandOff;
 
 /// Serves one connection until it closes.
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: ConnectionSlot) {
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream, slot: ConnectionSlot) {
+    serve_from(shard, stream, slot, None).await
+}
+
+/// Serves a connection another core handed to this one (`shard::handoff`), starting with
+/// the bytes that core already read from it.
+pub async fn serve_handed(shard: Rc<Shard>, handed: HandOff) {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    // SAFETY: the descriptor is a connected TCP socket that the hand-off owns alone.
+    let stream = unsafe { TcpStream::from_raw_fd(handed.socket.into_raw_fd()) };
+    serve_from(shard, stream, handed.slot, Some(handed.read)).await
+}
+
+async fn serve_from(
+    shard: Rc<Shard>,
+    stream: TcpStream,
+    slot: ConnectionSlot,
+    read: Option<bytes::Bytes>,
+) {
     let peer = stream.peer_addr().ok();
-    if let Err(error) = serve_inner(&shard, stream).await {
+    if let Err(error) = serve_inner(&shard, stream, slot, read).await {
         match error.kind() {
             io::ErrorKind::UnexpectedEof
             | io::ErrorKind::ConnectionReset
@@ -60,7 +55,14 @@ pub async fn serve(shard: Rc<Shard>, stream: TcpStream, _slot: ConnectionSlot) {
     }
 }
 
-async fn serve_inner(shard: &Rc<Shard>, stream: TcpStream) -> io::Result<()> {
+/// `read`: the bytes another core already read from a connection it handed here (from the
+/// first byte on); `None` for a connection accepted here.
+async fn serve_inner(
+    shard: &Rc<Shard>,
+    stream: TcpStream,
+    slot: ConnectionSlot,
+    read: Option<bytes::Bytes>,
+) -> io::Result<()> {
     stream.set_nodelay(true)?;
     // glommio accepts sockets in blocking mode; its own reads and writes pass
     // MSG_DONTWAIT, but sendfile does not, so the socket itself must be non-blocking or a
@@ -73,10 +75,23 @@ async fn serve_inner(shard: &Rc<Shard>, stream: TcpStream) -> io::Result<()> {
     stream.set_write_timeout(Some(shard.config.idle_timeout))?;
     let deadline = Instant::now() + shard.config.handshake_timeout;
     let stream = RefCell::new(stream);
+    if let Some(read) = read {
+        // Only HermitMQ v1 connections are handed over, after their handshake.
+        let Some(&role) = read.first() else {
+            return Err(io::Error::other(
+                "a connection was handed over without its bytes",
+            ));
+        };
+        let place = Place::handed_in(slot, read.slice(1..));
+        return hermit::serve(Rc::clone(shard), stream, role, deadline, place).await;
+    }
     let mut first = [0u8; 1];
     handshake(deadline, read_exact(&stream, &mut first)).await?;
     match first[0] {
-        role @ 0x01..=0x03 => hermit::serve(Rc::clone(shard), stream, role, deadline).await,
+        role @ 0x01..=0x03 => {
+            let place = Place::accepted(slot);
+            hermit::serve(Rc::clone(shard), stream, role, deadline, place).await
+        }
         0x00 => kafka::serve(Rc::clone(shard), stream).await,
         first => native::serve(Rc::clone(shard), stream, first, deadline).await,
     }

@@ -24,6 +24,7 @@ use crate::protocol::hermit::{self, HermitError};
 use crate::protocol::native::ErrorCode;
 use crate::protocol::record::{BatchHeader, RecordError};
 use crate::server::connection::handshake;
+use crate::server::handoff::Place;
 use crate::server::io::{RequestDeadline, read_some, write_all};
 use crate::server::sendfile::send_range;
 use crate::shard::calls::{Fetch, SendPlan};
@@ -44,18 +45,24 @@ const READ_MIN_BYTES: usize = 4096;
 /// Largest first read of a batch body; later reads at most double what arrived.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// Serves a v1 connection whose first byte was `role`. Producers and consumers move to the
+/// core that owns their partition right after the handshake (`server::handoff`).
 pub async fn serve(
     shard: Rc<Shard>,
     stream: RefCell<TcpStream>,
     role: u8,
     deadline: Instant,
+    mut place: Place,
 ) -> io::Result<()> {
-    let mut buf = BytesMut::with_capacity(4096);
+    let read_ahead = place.take_read_ahead();
+    let mut buf = BytesMut::with_capacity(read_ahead.len().max(4096));
+    buf.extend_from_slice(&read_ahead);
     // Requests are counted per batch for producers, per session for consumers and commits
-    // (a refused handshake counts as one request of the role, with its error).
+    // (a refused handshake counts as one request of the role, with its error), on the core
+    // that serves them.
     match role {
-        hermit::ROLE_PRODUCER => producer(&shard, &stream, &mut buf, deadline).await,
-        hermit::ROLE_CONSUMER => consumer(&shard, &stream, &mut buf, deadline).await,
+        hermit::ROLE_PRODUCER => producer(&shard, &stream, &mut buf, deadline, &mut place).await,
+        hermit::ROLE_CONSUMER => consumer(&shard, &stream, &mut buf, deadline, &mut place).await,
         _ => commit(&shard, &stream, &mut buf, deadline).await,
     }
 }
@@ -132,6 +139,7 @@ async fn producer(
     stream: &RefCell<TcpStream>,
     buf: &mut BytesMut,
     deadline: Instant,
+    place: &mut Place,
 ) -> io::Result<()> {
     let Some((hello, used)) = handshake(
         deadline,
@@ -143,7 +151,6 @@ async fn producer(
     else {
         return Ok(());
     };
-    buf.advance(used);
     let (topic, partition) = hello;
     let meta = match shard.topic_on_demand(topic.as_bytes()).await {
         Ok(meta) => meta,
@@ -154,6 +161,16 @@ async fn producer(
             return Ok(());
         }
     };
+    if partition < meta.partitions {
+        let owner = shard.owner(&meta.name, partition);
+        if place
+            .move_to_owner(shard, stream, hermit::ROLE_PRODUCER, buf, owner)
+            .await
+        {
+            return Ok(());
+        }
+    }
+    buf.advance(used);
     let limits = shard.config.log.limits;
     let mut deadline =
         RequestDeadline::new(shard.config.idle_timeout, shard.config.request_timeout);
@@ -163,8 +180,9 @@ async fn producer(
             match BatchHeader::decode(buf, &limits) {
                 Ok(header) => break header,
                 Err(RecordError::Incomplete { needed }) => {
-                    match fill_by(stream, buf, needed, Some(&mut deadline)).await {
-                        Ok(()) => {}
+                    match next_bytes(shard, stream, buf, needed, &mut deadline).await {
+                        Ok(Some(())) => {}
+                        Ok(None) => return Ok(()),
                         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && buf.is_empty() => {
                             return Ok(());
                         }
@@ -234,6 +252,31 @@ async fn producer(
     }
 }
 
+/// Reads at least `needed` more bytes of a batch. Between batches it also watches for the
+/// broker stopping, and then ends with `None`: a v1 producer stops at a batch boundary,
+/// as native connections stop at a frame boundary (v1 has no goodbye; the connection just
+/// ends, and nothing half-read is dropped).
+async fn next_bytes(
+    shard: &Shard,
+    stream: &RefCell<TcpStream>,
+    buf: &mut BytesMut,
+    needed: usize,
+    deadline: &mut RequestDeadline,
+) -> io::Result<Option<()>> {
+    if !buf.is_empty() {
+        return fill_by(stream, buf, needed, Some(deadline)).await.map(Some);
+    }
+    if shard.shutdown.is_requested() {
+        return Ok(None);
+    }
+    async { fill_by(stream, buf, needed, Some(deadline)).await.map(Some) }
+        .or(async {
+            shard.shutdown.wait().await;
+            Ok(None)
+        })
+        .await
+}
+
 /// True when the topic this connection was opened on is gone (deleted, or deleted and made
 /// again, which is another topic). Checked right before the call that would create it on
 /// demand, with no await between, so a delete wins (see `shard::used`).
@@ -288,6 +331,7 @@ async fn consumer(
     stream: &RefCell<TcpStream>,
     buf: &mut BytesMut,
     deadline: Instant,
+    place: &mut Place,
 ) -> io::Result<()> {
     let Some(((group, topic, partition), _)) = handshake(
         deadline,
@@ -300,11 +344,11 @@ async fn consumer(
     else {
         return Ok(());
     };
-    shard.metrics.request_counts.request(CONSUME);
     let meta = match shard.topic_on_demand(topic.as_bytes()).await {
         Ok(meta) if partition < meta.partitions => meta,
         refused => {
             let code = refused.map_or_else(|f| f.code, |_| ErrorCode::UnknownPartition);
+            shard.metrics.request_counts.request(CONSUME);
             shard.metrics.request_counts.error(CONSUME, code);
             warn!(
                 topic,
@@ -313,6 +357,15 @@ async fn consumer(
             return Ok(());
         }
     };
+    // Served by the owner, its fetch plans never cross cores.
+    let owner = shard.owner(&meta.name, partition);
+    if place
+        .move_to_owner(shard, stream, hermit::ROLE_CONSUMER, buf, owner)
+        .await
+    {
+        return Ok(());
+    }
+    shard.metrics.request_counts.request(CONSUME);
     // The client sends nothing more; a read that ends means it went away.
     stream.borrow().set_read_timeout(None)?;
     let log_start = shard

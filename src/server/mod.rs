@@ -3,12 +3,14 @@
 //! - [`connection`]: first-byte protocol selection and the connection limit.
 //! - [`native`]: the native protocol's reader/writer pair.
 //! - [`hermit`]: HermitMQ v1 producers, consumers and commits.
+//! - [`handoff`]: moving a v1 connection to the core that owns its partition.
 //! - [`sendfile`]: zero-copy sends of segment bytes.
 //! - [`io`]: socket reads and writes shared by a connection's two tasks.
 //! - [`metrics`]: per-core counters.
 //! - [`scrape`]: the `/metrics` endpoint.
 
 pub mod connection;
+pub mod handoff;
 pub mod hermit;
 pub mod io;
 pub mod kafka;
@@ -382,6 +384,16 @@ async fn serve_core(
     info!(core, cpu, partitions_owned = owned, listen = %config.listen, shard_port = config.shard_port(core), "core serving");
 
     let connection_tasks = Rc::new(std::cell::Cell::new(0usize));
+    // HermitMQ v1 connections other cores accepted for partitions this core owns.
+    let tasks = Rc::clone(&connection_tasks);
+    shard.adopt_connections_with(Box::new(move |shard, handed| {
+        let shard = Rc::clone(shard);
+        spawn_connection(
+            &shard,
+            &tasks,
+            connection::serve_handed(Rc::clone(&shard), handed),
+        );
+    }));
     for listener in listeners {
         glommio::spawn_local(accept_loop(
             Rc::clone(shard),
@@ -474,17 +486,30 @@ async fn accept_loop(
             continue;
         };
         crate::metrics::counters::Metrics::inc(&shard.metrics.connections_accepted);
-        crate::metrics::counters::Metrics::inc(&shard.metrics.connections_open);
-        let shard = Rc::clone(&shard);
-        let tasks = Rc::clone(&tasks);
-        tasks.set(tasks.get() + 1);
-        glommio::spawn_local(async move {
-            connection::serve(Rc::clone(&shard), stream, slot).await;
-            crate::metrics::counters::Metrics::dec(&shard.metrics.connections_open);
-            tasks.set(tasks.get() - 1);
-        })
-        .detach();
+        spawn_connection(
+            &shard,
+            &tasks,
+            connection::serve(Rc::clone(&shard), stream, slot),
+        );
     }
+}
+
+/// Runs a connection in a task of its own, counted in the open connections and in the
+/// tasks a stopping core waits for.
+fn spawn_connection(
+    shard: &Rc<Shard>,
+    tasks: &Rc<std::cell::Cell<usize>>,
+    serve: impl Future<Output = ()> + 'static,
+) {
+    crate::metrics::counters::Metrics::inc(&shard.metrics.connections_open);
+    tasks.set(tasks.get() + 1);
+    let (shard, tasks) = (Rc::clone(shard), Rc::clone(tasks));
+    glommio::spawn_local(async move {
+        serve.await;
+        crate::metrics::counters::Metrics::dec(&shard.metrics.connections_open);
+        tasks.set(tasks.get() - 1);
+    })
+    .detach();
 }
 
 /// How often each core applies retention and age-based rolls.

@@ -21,6 +21,9 @@ use crate::storage::CompactionOutcome;
 pub trait MeshCall: Sized {
     type Reply;
     fn into_call(self) -> Call;
+    /// The call back out of its envelope, as a send that failed returns it; `None` for an
+    /// envelope of another call.
+    fn from_call(call: Call) -> Option<Self>;
     /// The reply in an answer to this call. The answer's variant is made from the call's
     /// own by [`dispatch`]; another variant cannot happen, and is an internal error.
     fn reply(answer: Answer) -> Result<Self::Reply, Failure>;
@@ -51,6 +54,13 @@ macro_rules! mesh_calls {
                 type Reply = $reply;
                 fn into_call(self) -> Call {
                     Call::$name(self)
+                }
+                fn from_call(call: Call) -> Option<Self> {
+                    match call {
+                        Call::$name(call) => Some(call),
+                        #[allow(unreachable_patterns)]
+                        _ => None,
+                    }
                 }
                 fn reply(answer: Answer) -> Result<$reply, Failure> {
                     match answer {
@@ -122,8 +132,8 @@ pub struct SendPlan {
     pub hot: bool,
 }
 
-/// A committed offset as (group, topic, partition, offset).
-pub type GroupOffset = (String, String, u32, u64);
+/// A committed offset as (group, topic, partition, offset, metadata string).
+pub type GroupOffset = (String, String, u32, u64, String);
 
 /// Append batches: validated `(crc, batch)` pairs, as in a native produce request.
 #[derive(Debug)]
@@ -132,6 +142,7 @@ pub struct Produce {
     pub partition: u32,
     pub count: u32,
     pub batches: Bytes,
+    pub source: crate::shard::data::BatchSource,
     /// For an idempotent Kafka producer: each batch's producer id, epoch and sequences
     /// (`shard::idempotence`); empty otherwise.
     pub producers: Vec<crate::shard::idempotence::IdempotentBatch>,
@@ -205,6 +216,8 @@ pub struct ForgetOffsets {
 pub struct CommitOffset {
     pub key: Vec<u8>,
     pub offset: u64,
+    /// Kafka's commit metadata ("" for none).
+    pub metadata: String,
 }
 
 /// To the owner of the key's offsets shard.
@@ -230,6 +243,31 @@ pub struct Compact {
 #[derive(Debug)]
 pub struct MetricsSnapshot;
 
+/// To the core that owns a connection's partition: serve this client connection
+/// (`shard::handoff`). It carries a descriptor of the socket, every byte already read
+/// from it (from its first byte on, so the owner reads the handshake again and then any
+/// bytes the client pipelined behind it), and its slot under the connection limit. Every
+/// part closes or gives itself back when dropped, wherever the call is lost.
+#[derive(Debug)]
+pub struct HandOff {
+    pub socket: std::os::fd::OwnedFd,
+    pub read: Bytes,
+    pub slot: crate::limits::ConnectionSlot,
+}
+
+/// The owner's answer to a [`HandOff`].
+#[derive(Debug)]
+pub enum Adoption {
+    /// The owner serves the connection now.
+    Adopted,
+    /// The owner cannot serve it (stopping, or not serving yet): the connection comes back
+    /// whole and the sending core serves it where it is.
+    Refused {
+        connection: HandOff,
+        reason: &'static str,
+    },
+}
+
 mesh_calls! {
     Produce -> Produced;
     Fetch -> SendPlan;
@@ -242,12 +280,13 @@ mesh_calls! {
     DropTopic -> ();
     ForgetOffsets -> usize;
     CommitOffset -> ();
-    FetchOffset -> Option<u64>;
+    FetchOffset -> Option<(u64, String)>;
     GroupOffsets -> Vec<GroupOffset>;
     Compact -> CompactionOutcome;
     MetricsSnapshot -> Box<CoreSnapshot>;
+    HandOff -> Adoption;
     // Consumer groups (shard::coordinator).
-    GroupJoin -> Joined;
+    GroupJoin -> JoinAnswer;
     GroupSync -> Synced;
     GroupHeartbeat -> ();
     GroupLeave -> Vec<Result<(), Failure>>;

@@ -17,7 +17,7 @@ use tracing::warn;
 
 use crate::metrics::counters::Metrics;
 use crate::protocol::native::{ErrorCode, OffsetSpec, ProduceBatches};
-use crate::protocol::record;
+use crate::protocol::record::{self, BatchTrust};
 use crate::shard::admin::check_partition;
 use crate::shard::calls::{
     Fetch, ListOffsets, PartitionState, PartitionStates, Produce, Produced, Run, SendPlan,
@@ -44,6 +44,16 @@ pub enum Batches<'a> {
         batches: ProduceBatches<'a>,
         producers: &'a [IdempotentBatch],
     },
+}
+
+/// Who checked the `(crc, batch)` pairs of a produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchSource {
+    /// A client's request: each pair's CRC is the producer's, checked when staged.
+    Client,
+    /// The Kafka front-end, around RecordBatches whose CRC it checked: staged as Kafka
+    /// format with no further pass over their bytes; the pairs' CRC fields are not set.
+    Kafka,
 }
 
 /// A produce started by [`Shard::start_produce`] and not yet acknowledged.
@@ -103,11 +113,13 @@ impl Shard {
                 ));
             };
             let (base_offset, last) = match batches {
-                Batches::Checked(batches)
-                | Batches::Kafka {
+                Batches::Checked(batches) => {
+                    stage_all(&log, batches, BatchSource::Client, &self.metrics).await?
+                }
+                Batches::Kafka {
                     batches,
                     producers: [],
-                } => stage_all(&log, batches, &self.metrics).await?,
+                } => stage_all(&log, batches, BatchSource::Kafka, &self.metrics).await?,
                 Batches::Kafka { batches, producers } => {
                     self.stage_idempotent(&log, &meta.name, partition, batches, producers)
                         .await?
@@ -129,6 +141,7 @@ impl Shard {
                 partition,
                 count: batches.count,
                 batches: Bytes::copy_from_slice(batches.as_bytes()),
+                source: BatchSource::Client,
                 producers: Vec::new(),
             },
             Batches::Kafka { batches, producers } => Produce {
@@ -136,6 +149,7 @@ impl Shard {
                 partition,
                 count: batches.count,
                 batches: Bytes::copy_from_slice(batches.as_bytes()),
+                source: BatchSource::Kafka,
                 producers: producers.to_vec(),
             },
             Batches::Single(batch) => {
@@ -148,11 +162,13 @@ impl Shard {
                     partition,
                     count: 1,
                     batches: bytes.into(),
+                    source: BatchSource::Client,
                     producers: Vec::new(),
                 }
             }
         };
         Metrics::inc(&self.metrics.mesh_calls);
+        Metrics::inc(&self.metrics.mesh_produces);
         let in_flight = self.mesh.start(owner, call).await?;
         Ok(ProduceInFlight::Remote(in_flight))
     }
@@ -397,7 +413,7 @@ impl Shard {
         let limits = self.config.log.limits;
         let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
         let (base_offset, last) = if produce.producers.is_empty() {
-            stage_all(&log, batches, &self.metrics).await?
+            stage_all(&log, batches, produce.source, &self.metrics).await?
         } else {
             self.stage_idempotent(
                 &log,
@@ -481,16 +497,32 @@ async fn stage_one(
 pub async fn stage_all(
     log: &Rc<PartitionLog>,
     batches: ProduceBatches<'_>,
+    source: BatchSource,
     metrics: &Metrics,
 ) -> Result<(u64, Ticket), Failure> {
-    let staged = if batches.count == 1 {
-        let (crc, batch) = batches.iter().next().expect("one batch");
-        log.stage(batch, Some(crc))
+    let staged = match source {
+        BatchSource::Client if batches.count == 1 => {
+            let (crc, batch) = batches.iter().next().expect("one batch");
+            log.stage(batch, Some(crc))
+                .await
+                .map(|t| (t.base_offset, t))
+        }
+        BatchSource::Client => {
+            log.stage_many(
+                batches
+                    .iter()
+                    .map(|(crc, batch)| (BatchTrust::ProducerCrc(crc), batch)),
+            )
             .await
-            .map(|t| (t.base_offset, t))
-    } else {
-        log.stage_many(batches.iter().map(|(crc, batch)| (Some(crc), batch)))
+        }
+        BatchSource::Kafka => {
+            log.stage_many(
+                batches
+                    .iter()
+                    .map(|(_, batch)| (BatchTrust::KafkaChecked, batch)),
+            )
             .await
+        }
     };
     let staged = staged.inspect_err(|e| {
         if matches!(e, StorageError::BadBatch(_)) {

@@ -44,20 +44,27 @@ impl Shard {
                 ),
             )
         })?;
-        self.store_offset(group, topic, partition, offset).await
+        self.store_offset(group, topic, partition, offset, String::new())
+            .await
     }
 
-    /// Stores an offset with no fencing (the caller checked).
+    /// Stores an offset, with its metadata string, with no fencing (the caller checked).
     pub(crate) async fn store_offset(
         self: &Rc<Self>,
         group: &[u8],
         topic: &[u8],
         partition: u32,
         offset: u64,
+        metadata: String,
     ) -> Result<(), Failure> {
         let key = self.offsets_key(group, topic, partition)?;
         let owner = offsets::shard_owner(offsets::shard_of(&key), self.cores());
-        self.route(owner, CommitOffset { key, offset }).await
+        let call = CommitOffset {
+            key,
+            offset,
+            metadata,
+        };
+        self.route(owner, call).await
     }
 
     /// A group's committed offset, if it has one.
@@ -67,6 +74,17 @@ impl Shard {
         topic: &[u8],
         partition: u32,
     ) -> Result<Option<u64>, Failure> {
+        let committed = self.fetch_committed(group, topic, partition).await?;
+        Ok(committed.map(|(offset, _)| offset))
+    }
+
+    /// A group's committed offset with its metadata string, if it has one.
+    pub async fn fetch_committed(
+        self: &Rc<Self>,
+        group: &[u8],
+        topic: &[u8],
+        partition: u32,
+    ) -> Result<Option<(u64, String)>, Failure> {
         let key = self.offsets_key(group, topic, partition)?;
         let owner = offsets::shard_owner(offsets::shard_of(&key), self.cores());
         self.route(owner, FetchOffset { key }).await
@@ -121,14 +139,14 @@ impl Shard {
         }
         let asked: Vec<(String, u32)> = entries
             .iter()
-            .map(|(_, topic, partition, _)| (topic.clone(), *partition))
+            .map(|(_, topic, partition, ..)| (topic.clone(), *partition))
             .collect();
         let states = self.partition_states(&asked).await;
         Ok(entries
             .into_iter()
             .zip(states)
             .map(
-                |((_, topic, partition, committed_offset), state)| GroupPartition {
+                |((_, topic, partition, committed_offset, _), state)| GroupPartition {
                     topic,
                     partition,
                     committed_offset,
@@ -141,13 +159,17 @@ impl Shard {
 
 impl Run for CommitOffset {
     async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
-        shard.offsets.commit(self.key, self.offset).await
+        shard
+            .offsets
+            .commit(self.key, self.offset, self.metadata)
+            .await
     }
 }
 
 impl Run for FetchOffset {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Option<u64>, Failure> {
-        Ok(shard.offsets.fetch(&self.key).await?.map(|c| c.offset))
+    async fn run(self, shard: &Rc<Shard>) -> Result<Option<(u64, String)>, Failure> {
+        let committed = shard.offsets.fetch(&self.key).await?;
+        Ok(committed.map(|c| (c.offset, c.metadata)))
     }
 }
 
@@ -157,7 +179,7 @@ impl Run for GroupOffsets {
             .offsets
             .entries(self.group.as_deref())
             .into_iter()
-            .map(|(g, t, p, c)| (g, t, p, c.offset))
+            .map(|(g, t, p, c)| (g, t, p, c.offset, c.metadata))
             .collect())
     }
 }

@@ -6,20 +6,27 @@
 //! A partition's table is built on its first idempotent produce since the start, from the
 //! Kafka batches stored in its last two segments (each RecordBatch header carries producer
 //! id, epoch and sequences), so a retry that crosses a broker restart is still recognised.
+//! The build reads only those headers, on the blocking pool, after the storage checked the
+//! batches (`check_plan`, also on its blocking thread): a cold segment never stalls the
+//! executor, and the first produce waits for it under the partition's lock.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::rc::Rc;
 
 use tracing::{info, warn};
 
+use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::batch;
 use crate::protocol::native::{ErrorCode, ProduceBatches};
 use crate::protocol::record::{self, BatchFormat};
-use crate::shard::data::stage_all;
+use crate::shard::data::{BatchSource, stage_all};
 use crate::shard::producers::{ProducerBatch, ProducerTable, SequenceError, Verdict};
 use crate::shard::{Failure, Shard};
-use crate::storage::{PartitionLog, Ticket};
+use crate::storage::index::IndexEntry;
+use crate::storage::{PartitionLog, StorageError, Ticket};
 
 /// Producers one partition remembers at most.
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 10_000;
@@ -33,9 +40,14 @@ pub struct IdempotentBatch {
     pub offsets: u64,
 }
 
-/// One partition's table and the lock held from check to record.
+/// Bytes read of each stored Kafka batch to rebuild a table: its pagurus header and the
+/// RecordBatch header.
+const STORED_HEADERS_LEN: usize = record::HEADER_LEN + batch::HEADER_LEN;
+
+/// One partition's table (`None` until built from the log, under the lock) and the lock
+/// held from check to record.
 struct Partition {
-    table: RefCell<ProducerTable>,
+    table: RefCell<Option<ProducerTable>>,
     lock: glommio::sync::Semaphore,
 }
 
@@ -64,14 +76,18 @@ impl Shard {
         batches: ProduceBatches<'_>,
         producers: &[IdempotentBatch],
     ) -> Result<(u64, Ticket), Failure> {
-        let state = self.producer_table(log, topic, partition);
+        let state = self.producer_partition(topic, partition);
         let _held = state
             .lock
             .acquire_permit(1)
             .await
             .map_err(|_| Failure::new(ErrorCode::ShuttingDown, "producer table closed"))?;
+        if state.table.borrow().is_none() {
+            let table = rebuild(log, &self.metrics).await;
+            *state.table.borrow_mut() = Some(table);
+        }
         // A request's batches against a copy, in order: each must follow the previous.
-        let mut trial = state.table.borrow().clone();
+        let mut trial = state.table.borrow().clone().expect("built above");
         let mut duplicate = None;
         for (i, b) in producers.iter().enumerate() {
             match trial.check(&b.producer).map_err(sequence_failure)? {
@@ -90,8 +106,10 @@ impl Shard {
         if let Some((base, end)) = duplicate {
             return Ok((base, log.ticket_for_staged(base, end)));
         }
-        let (base_offset, last) = stage_all(log, batches, &self.metrics).await?;
-        let mut table = state.table.borrow_mut();
+        let (base_offset, last) =
+            stage_all(log, batches, BatchSource::Kafka, &self.metrics).await?;
+        let mut guard = state.table.borrow_mut();
+        let table = guard.as_mut().expect("built above");
         let mut at = base_offset;
         for b in producers {
             table.record(&b.producer, at);
@@ -100,21 +118,17 @@ impl Shard {
         Ok((base_offset, last))
     }
 
-    fn producer_table(&self, log: &PartitionLog, topic: &str, partition: u32) -> Rc<Partition> {
+    /// The partition's entry, made (with no table yet) on first use.
+    fn producer_partition(&self, topic: &str, partition: u32) -> Rc<Partition> {
         let key = (topic.to_string(), partition);
-        if let Some(p) = self.producers.partitions.borrow().get(&key) {
-            return Rc::clone(p);
-        }
-        let table = rebuild(log);
-        let p = Rc::new(Partition {
-            table: RefCell::new(table),
-            lock: glommio::sync::Semaphore::new(1),
+        let mut partitions = self.producers.partitions.borrow_mut();
+        let entry = partitions.entry(key).or_insert_with(|| {
+            Rc::new(Partition {
+                table: RefCell::new(None),
+                lock: glommio::sync::Semaphore::new(1),
+            })
         });
-        self.producers
-            .partitions
-            .borrow_mut()
-            .insert(key, Rc::clone(&p));
-        p
+        Rc::clone(entry)
     }
 }
 
@@ -128,8 +142,10 @@ fn sequence_failure(e: SequenceError) -> Failure {
 }
 
 /// The table as the log's last two segments leave it: every stored Kafka batch with a
-/// producer id, in offset order. Reads synchronously (once per partition per start).
-fn rebuild(log: &PartitionLog) -> ProducerTable {
+/// producer id, in offset order. Each step plans up to `REBUILD_READ_BYTES` of batches,
+/// has the storage check them (on its blocking thread; a damaged batch is skipped, as it
+/// is never served), then reads the headers of the Kafka ones on the blocking pool.
+async fn rebuild(log: &PartitionLog, metrics: &Metrics) -> ProducerTable {
     let mut table = ProducerTable::new(PRODUCERS_PER_PARTITION_MAX);
     let segments = log.segments();
     let from = segments
@@ -141,21 +157,42 @@ fn rebuild(log: &PartitionLog) -> ProducerTable {
     let mut offset = from;
     let mut batches = 0u64;
     while offset < end {
-        let read = match log.read(offset, REBUILD_READ_BYTES) {
-            Ok(read) if !read.is_empty() => read,
-            Ok(_) => break,
+        let planned = match log.read_plan(offset, REBUILD_READ_BYTES) {
+            Ok(plan) if plan.is_empty() => break,
+            Ok(plan) => {
+                let (checked, found) = log.check_plan(plan).await;
+                Metrics::add(&metrics.corrupt_batches_detected, found);
+                checked.map(|(plan, _)| plan)
+            }
+            Err(error) => Err(error),
+        };
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(StorageError::Corrupt { next_offset, .. }) if next_offset > offset => {
+                offset = next_offset;
+                continue;
+            }
             Err(error) => {
                 warn!(dir = %log.dir().display(), offset, %error, "idempotent producers: log not read past here");
                 break;
             }
         };
-        for stored in &read {
-            offset = stored.entry.next_offset();
-            if stored.entry.format != BatchFormat::Kafka {
-                continue;
+        offset = plan.next_offset().expect("a plan that was not empty");
+        let kafka: Vec<IndexEntry> = plan
+            .batches
+            .iter()
+            .filter(|e| e.format == BatchFormat::Kafka)
+            .copied()
+            .collect();
+        let headers = match read_headers(&plan.file, &kafka).await {
+            Ok(headers) => headers,
+            Err(error) => {
+                warn!(dir = %log.dir().display(), offset, %error, "idempotent producers: log not read past here");
+                break;
             }
-            let payload = &stored.bytes[record::HEADER_LEN..];
-            let Ok(info) = batch::peek(payload, u64::MAX) else {
+        };
+        for (entry, headers) in kafka.iter().zip(headers) {
+            let Ok(info) = batch::peek(&headers[record::HEADER_LEN..], u64::MAX) else {
                 continue;
             };
             if info.idempotent() {
@@ -165,7 +202,7 @@ fn rebuild(log: &PartitionLog) -> ProducerTable {
                     first_sequence: info.base_sequence,
                     last_sequence: info.last_sequence(),
                 };
-                table.record(&producer, stored.entry.offset);
+                table.record(&producer, entry.offset);
                 batches += 1;
             }
         }
@@ -174,4 +211,29 @@ fn rebuild(log: &PartitionLog) -> ProducerTable {
         info!(dir = %log.dir().display(), batches, "idempotent producers rebuilt from the log");
     }
     table
+}
+
+/// The stored and RecordBatch headers of `entries` (stored Kafka batches of `file`), read
+/// on the blocking pool: a cold segment must not stall the executor.
+async fn read_headers(
+    file: &Rc<File>,
+    entries: &[IndexEntry],
+) -> std::io::Result<Vec<[u8; STORED_HEADERS_LEN]>> {
+    if entries.is_empty() {
+        return Ok(Vec::new());
+    }
+    // A descriptor of its own for the job, which runs on even if this future is dropped.
+    let file = file.try_clone()?;
+    let positions: Vec<u64> = entries.iter().map(|e| u64::from(e.position)).collect();
+    glommio::executor()
+        .spawn_blocking(move || {
+            positions
+                .iter()
+                .map(|&position| {
+                    let mut headers = [0u8; STORED_HEADERS_LEN];
+                    file.read_exact_at(&mut headers, position).map(|()| headers)
+                })
+                .collect()
+        })
+        .await
 }

@@ -14,6 +14,7 @@ use std::rc::Rc;
 use std::task::{Poll, Waker};
 
 use glommio::channels::channel_mesh::Senders;
+use glommio::{GlommioError, ResourceType};
 
 use crate::protocol::native::ErrorCode;
 use crate::shard::Failure;
@@ -86,10 +87,22 @@ impl Mesh {
                 "no mesh on a single core",
             ));
         };
-        let id = self.next_id.get();
-        self.next_id.set(id + 1);
         // Made before the send's await: a caller dropped while the send waits for room in
         // the channel drops it, and with it the slot.
+        let (in_flight, envelope) = self.reserve(call);
+        if senders.send_to(to, envelope).await.is_err() {
+            return Err(Failure::new(
+                ErrorCode::ShuttingDown,
+                format!("core {to} is gone"),
+            ));
+        }
+        Ok(in_flight)
+    }
+
+    /// A reply slot for a new call, and the envelope that carries the call.
+    fn reserve<C: MeshCall>(&self, call: C) -> (InFlight<C>, Envelope) {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
         self.slots.borrow_mut().insert(id, Slot::default());
         let in_flight = InFlight {
             id,
@@ -101,13 +114,39 @@ impl Mesh {
             id,
             call: call.into_call(),
         };
-        if senders.send_to(to, envelope).await.is_err() {
-            return Err(Failure::new(
-                ErrorCode::ShuttingDown,
-                format!("core {to} is gone"),
-            ));
+        (in_flight, envelope)
+    }
+
+    /// Sends `call` to core `to` if its channel has room now; otherwise gives the call back
+    /// (the channel is full, or the peer is gone) with the reason, without waiting.
+    pub fn try_start<C: MeshCall>(&self, to: usize, call: C) -> Result<InFlight<C>, (C, Failure)> {
+        assert_ne!(to, self.core, "local calls are handled inline");
+        let Some(senders) = self.senders.as_ref().filter(|s| to < s.nr_consumers()) else {
+            let failure = Failure::new(ErrorCode::Internal, format!("no core {to} in the mesh"));
+            return Err((call, failure));
+        };
+        let (in_flight, envelope) = self.reserve(call);
+        // A peer in range, not this core: glommio's only errors are then a full channel and
+        // a closed one, and both give the envelope back.
+        let (envelope, failure) = match senders.try_send_to(to, envelope) {
+            Ok(()) => return Ok(in_flight),
+            Err(GlommioError::WouldBlock(ResourceType::Channel(envelope))) => {
+                let failure = format!("the channel to core {to} is full");
+                (envelope, Failure::new(ErrorCode::Internal, failure))
+            }
+            Err(GlommioError::Closed(ResourceType::Channel(envelope))) => {
+                let failure = format!("core {to} is gone");
+                (envelope, Failure::new(ErrorCode::ShuttingDown, failure))
+            }
+            Err(other) => unreachable!("a send to core {to} failed without its envelope: {other}"),
+        };
+        let Envelope::Call { call, .. } = envelope else {
+            unreachable!("the envelope holds the call just put in it")
+        };
+        match C::from_call(call) {
+            Some(call) => Err((call, failure)),
+            None => unreachable!("the envelope holds the call just put in it"),
         }
-        Ok(in_flight)
     }
 
     /// Waits for the reply to a call in flight.
@@ -240,6 +279,13 @@ mod tests {
                     CAPACITY,
                     "callers dropped in the send left their reply slots"
                 );
+                // A call that must not wait for room comes back whole, and takes no slot.
+                let Err((back, why)) = mesh.try_start(to, call()) else {
+                    panic!("the channel is full")
+                };
+                assert_eq!((back.topic.as_str(), back.partition), ("t", 0));
+                assert!(why.message.contains("full"), "{why:?}");
+                assert_eq!(mesh.calls_waiting(), CAPACITY);
                 // Sent, not answered, given up: their slots go too, and a late answer to
                 // one of them is dropped.
                 for in_flight in sent.drain(..2) {

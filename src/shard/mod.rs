@@ -19,6 +19,7 @@
 //!   API (join, sync, heartbeat, leave, describe, list, delete, fenced commits).
 //! - [`producers`]: idempotent producers' sequences per partition, sans-IO.
 //! - [`used`]: the topics a connection used, so a delete wins over its clients.
+//! - [`handoff`]: handing a client connection to the core that owns its partition.
 
 pub mod admin;
 pub mod calls;
@@ -26,6 +27,7 @@ pub mod compaction;
 pub mod coordinator;
 pub mod data;
 pub mod groups;
+pub mod handoff;
 pub mod idempotence;
 pub mod membership;
 pub mod mesh;
@@ -158,8 +160,12 @@ pub struct Shard {
     partitions: RefCell<HashMap<String, Vec<Option<Rc<PartitionLog>>>>>,
     /// Idempotent producers' state of the partitions this core owns (`idempotence`).
     pub(crate) producers: idempotence::Producers,
+    /// Topics deleted on this core, for Kafka connections (`used`).
+    pub deleted_topics: used::DeletedTopics,
     /// Serializes topic creation and deletion on the controller.
     controller_lock: glommio::sync::Semaphore,
+    /// How this core serves a connection another core hands it (registered by the server).
+    adopter: RefCell<Option<handoff::Adopter>>,
 }
 
 impl Shard {
@@ -177,7 +183,9 @@ impl Shard {
             topics: RefCell::new(HashMap::new()),
             partitions: RefCell::new(HashMap::new()),
             producers: Default::default(),
+            deleted_topics: Default::default(),
             controller_lock: glommio::sync::Semaphore::new(1),
+            adopter: RefCell::new(None),
         }
     }
 
@@ -301,7 +309,10 @@ impl Shard {
 
     /// Forgets a topic; its partition logs close when their last user lets go.
     pub(crate) fn drop_topic(&self, name: &str) {
-        self.topics.borrow_mut().remove(name);
+        // Only a published topic was deleted (a creation rolled back never existed).
+        if self.topics.borrow_mut().remove(name).is_some() {
+            self.deleted_topics.note(name);
+        }
         self.partitions.borrow_mut().remove(name);
         self.producers.forget_topic(name);
     }

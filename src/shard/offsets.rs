@@ -6,7 +6,10 @@
 //! `fnv1a32(key) & 255`, and shard `s` lives on core `s % cores`, in
 //! `<data>/offsets/<s>/` as a partition log of the storage engine: every commit appends a
 //! batch whose key is the encoded key and whose payload is `[u64 offset][u64 commit time ns]`,
-//! acknowledged per the broker's fsync policy. The newest batch per key wins; at start each
+//! followed by the commit's metadata string when it has one (Kafka's OffsetCommit carries
+//! one; at most [`COMMIT_METADATA_BYTES_MAX`]), acknowledged per the broker's fsync policy.
+//! A 16-byte payload (every commit before metadata was kept, and every commit without
+//! one) is a commit with no metadata. The newest batch per key wins; at start each
 //! shard is replayed into memory. Logs are opened on first use, so an idle broker does not
 //! create 256 directories. Deleting a topic appends a tombstone (the key, an empty payload)
 //! for each of its committed offsets, so they do not come back at the next start.
@@ -26,8 +29,10 @@ use crate::storage::{LogConfig, PartitionLog, StorageError};
 pub const SHARDS: usize = 256;
 const OFFSETS_DIR: &str = "offsets";
 
-/// Bytes of an offset record's payload.
+/// Bytes of an offset record's payload before its metadata.
 const VALUE_LEN: usize = 16;
+/// Longest metadata string kept with a commit, as Kafka's `offset.metadata.max.bytes`.
+pub const COMMIT_METADATA_BYTES_MAX: usize = 4096;
 
 /// The shard of an encoded key.
 pub fn shard_of(key: &[u8]) -> usize {
@@ -63,10 +68,12 @@ pub fn decode_key(key: &[u8]) -> Option<(String, String, u32)> {
 }
 
 /// One committed offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Committed {
     pub offset: u64,
     pub committed_at_ns: u64,
+    /// The commit's metadata string ("" for none).
+    pub metadata: String,
     /// Where the commit sits in the shard's log: of two commits to one key, the later in
     /// the log wins, whichever task resumes first after their shared fsync.
     log_offset: u64,
@@ -147,13 +154,23 @@ impl OffsetStore {
     }
 
     /// Stores an offset durably (per the fsync policy) and returns once acknowledged.
-    pub async fn commit(&self, key: Vec<u8>, offset: u64) -> Result<(), Failure> {
+    pub async fn commit(&self, key: Vec<u8>, offset: u64, metadata: String) -> Result<(), Failure> {
+        if metadata.len() > COMMIT_METADATA_BYTES_MAX {
+            return Err(Failure::new(
+                crate::protocol::native::ErrorCode::Malformed,
+                format!(
+                    "commit metadata of {} bytes is over the limit of {COMMIT_METADATA_BYTES_MAX}",
+                    metadata.len()
+                ),
+            ));
+        }
         let slot = self.shard(shard_of(&key)).await?;
         let log = Rc::clone(&slot.borrow().as_ref().expect("opened").log);
         let committed_at_ns = crate::clock::now_ns();
-        let mut value = Vec::with_capacity(VALUE_LEN);
+        let mut value = Vec::with_capacity(VALUE_LEN + metadata.len());
         value.put_u64(offset);
         value.put_u64(committed_at_ns);
+        value.extend_from_slice(metadata.as_bytes());
         let batch = encode_batch(committed_at_ns, &key, &value, 1);
         let ticket = log.stage(&batch, None).await?;
         log.commit(ticket).await?;
@@ -162,6 +179,7 @@ impl OffsetStore {
         let committed = Committed {
             offset,
             committed_at_ns,
+            metadata,
             log_offset: ticket.base_offset,
         };
         let mut guard = slot.borrow_mut();
@@ -232,7 +250,7 @@ impl OffsetStore {
         }
         let slot = self.shard(shard).await?;
         let guard = slot.borrow();
-        Ok(guard.as_ref().and_then(|s| s.latest.get(key).copied()))
+        Ok(guard.as_ref().and_then(|s| s.latest.get(key).cloned()))
     }
 
     /// Every (key, committed) in the shards of this core whose group is `group` (all groups
@@ -248,7 +266,7 @@ impl OffsetStore {
                 if let Some((g, topic, partition)) = decode_key(key)
                     && group.is_none_or(|want| want == g)
                 {
-                    out.push((g, topic, partition, *committed));
+                    out.push((g, topic, partition, committed.clone()));
                 }
             }
         }
@@ -339,17 +357,22 @@ fn replay(log: &PartitionLog) -> Result<HashMap<Vec<u8>, Committed>, StorageErro
                 latest.remove(record::key_of(&batch.bytes, &header));
                 continue;
             }
-            if value.len() != VALUE_LEN {
+            let metadata = value
+                .get(VALUE_LEN..)
+                .filter(|m| m.len() <= COMMIT_METADATA_BYTES_MAX)
+                .and_then(|m| std::str::from_utf8(m).ok());
+            let Some(metadata) = metadata else {
                 tracing::warn!(
                     offset = header.offset,
                     "offsets record with a bad value; skipped"
                 );
                 continue;
-            }
+            };
             let key = record::key_of(&batch.bytes, &header).to_vec();
             let committed = Committed {
                 offset: u64::from_be_bytes(value[..8].try_into().expect("8")),
-                committed_at_ns: u64::from_be_bytes(value[8..].try_into().expect("8")),
+                committed_at_ns: u64::from_be_bytes(value[8..16].try_into().expect("8")),
+                metadata: metadata.to_string(),
                 log_offset: header.offset,
             };
             latest.insert(key, committed);

@@ -12,11 +12,19 @@
 //!
 //! A topic is known by its registry entry on this core (`Rc<TopicMeta>`): deleting and
 //! creating a name again makes a new entry, so the old one's pointer no longer matches.
+//!
+//! Kafka connections count more as used (`docs/KAFKA.md`, "Deleting a topic"): a Kafka
+//! client spreads over several connections (bootstrap, one per core, its group
+//! coordinator's) and asks whichever for Metadata, which creates topics on demand, and for
+//! commits. The connection that asks is rarely the one that produced, so a Kafka connection
+//! also counts as having used every topic deleted while it was open ([`DeletedTopics`]),
+//! from its first request on (a Kafka client's first request, ApiVersions, comes at once).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
+use crate::metrics::counters::Metrics;
 use crate::protocol::native::ErrorCode;
 use crate::shard::topics::TopicMeta;
 use crate::shard::{Failure, Shard};
@@ -24,14 +32,74 @@ use crate::shard::{Failure, Shard};
 /// Topics one connection remembers at most; past it, new ones are not remembered (such a
 /// connection is back to plain on-demand creation for them).
 const USED_TOPICS_MAX: usize = 10_000;
+/// Deleted names one core remembers; past it the oldest deletion is forgotten (a Kafka
+/// connection open since before it may then create that name again on demand).
+const DELETED_TOPICS_MAX: usize = 10_000;
+
+/// The topics deleted on this core, each with the number of its deletion (1, 2, ... in the
+/// order this core forgot them).
+#[derive(Default)]
+pub struct DeletedTopics {
+    last: Cell<u64>,
+    names: RefCell<HashMap<String, u64>>,
+}
+
+impl DeletedTopics {
+    /// The number of the last deletion: a connection opened now was open for every later one.
+    pub fn now(&self) -> u64 {
+        self.last.get()
+    }
+
+    /// This core forgot the published topic `name` (it was deleted).
+    pub fn note(&self, name: &str) {
+        let number = self.last.get() + 1;
+        self.last.set(number);
+        let mut names = self.names.borrow_mut();
+        if names.len() >= DELETED_TOPICS_MAX && !names.contains_key(name) {
+            let oldest = names
+                .iter()
+                .min_by_key(|(_, n)| **n)
+                .map(|(name, _)| name.clone());
+            if let Some(oldest) = oldest {
+                names.remove(&oldest);
+            }
+        }
+        names.insert(name.to_string(), number);
+    }
+
+    /// True if `name` was deleted after deletion number `since`.
+    fn deleted_after(&self, name: &str, since: u64) -> bool {
+        self.last.get() > since && self.names.borrow().get(name).is_some_and(|n| *n > since)
+    }
+}
 
 /// The topics one connection has used, each as the registry entry it used.
 #[derive(Default)]
 pub struct UsedTopics {
     topics: RefCell<HashMap<String, Weak<TopicMeta>>>,
+    /// Kafka connections: the deletion number when the connection opened, and for names
+    /// this connection created or deleted itself, the deletion number then. A deletion
+    /// after those counts as a use.
+    kafka: Option<KafkaSince>,
+}
+
+struct KafkaSince {
+    opened: u64,
+    known: RefCell<HashMap<String, u64>>,
 }
 
 impl UsedTopics {
+    /// The used topics of a Kafka connection opening now (see the module's comment).
+    pub fn kafka(shard: &Shard) -> UsedTopics {
+        UsedTopics {
+            topics: RefCell::default(),
+            kafka: Some(KafkaSince {
+                opened: shard.deleted_topics.now(),
+                known: RefCell::default(),
+            }),
+        }
+    }
+
     /// `UnknownTopic` if this connection used `name` and it has since been deleted. Call it
     /// right before the shard call that may create the topic, with no await between, so a
     /// delete cannot slip in.
@@ -39,40 +107,75 @@ impl UsedTopics {
         let Ok(name) = std::str::from_utf8(name) else {
             return Ok(()); // refused by the shard's name check
         };
-        let topics = self.topics.borrow();
-        let Some(used) = topics.get(name) else {
-            return Ok(());
-        };
-        match shard.topic(name) {
-            Some(current) if Weak::ptr_eq(used, &Rc::downgrade(&current)) => Ok(()),
-            _ => Err(Failure::new(
+        if self.used_older(shard, name) || self.deleted_while_open(shard, name) {
+            Metrics::inc(&shard.metrics.deleted_topic_refusals);
+            return Err(Failure::new(
                 ErrorCode::UnknownTopic,
                 format!(
                     "topic {name} was deleted while this connection used it; it is not created again from this connection (a new connection or CreateTopic may)"
                 ),
-            )),
+            ));
         }
+        Ok(())
+    }
+
+    /// True if this connection used another topic of this name than the current one (or
+    /// one that no longer exists).
+    pub fn used_older(&self, shard: &Shard, name: &str) -> bool {
+        let topics = self.topics.borrow();
+        let Some(used) = topics.get(name) else {
+            return false;
+        };
+        !shard
+            .topic(name)
+            .is_some_and(|current| Weak::ptr_eq(used, &Rc::downgrade(&current)))
+    }
+
+    /// Kafka connections: true if `name` was deleted while this connection was open, after
+    /// any create or delete of it this connection made itself.
+    fn deleted_while_open(&self, shard: &Shard, name: &str) -> bool {
+        let Some(kafka) = &self.kafka else {
+            return false;
+        };
+        let since = kafka
+            .known
+            .borrow()
+            .get(name)
+            .map_or(kafka.opened, |known| (*known).max(kafka.opened));
+        shard.deleted_topics.deleted_after(name, since)
     }
 
     /// Remembers the topic `name` as it is now, after a request used it. A topic already
     /// remembered keeps its entry: a delete and re-create while the request waited does not
     /// make this connection adopt the new topic.
     pub fn record(&self, shard: &Shard, name: &[u8]) {
-        let Some(meta) = std::str::from_utf8(name).ok().and_then(|n| shard.topic(n)) else {
+        let Ok(name) = std::str::from_utf8(name) else {
+            return;
+        };
+        if self.topics.borrow().contains_key(name) {
+            return;
+        }
+        let Some(meta) = shard.topic(name) else {
             return;
         };
         let mut topics = self.topics.borrow_mut();
-        if topics.len() < USED_TOPICS_MAX || topics.contains_key(&meta.name) {
-            topics
-                .entry(meta.name.clone())
-                .or_insert_with(|| Rc::downgrade(&meta));
+        if topics.len() < USED_TOPICS_MAX {
+            topics.insert(meta.name.clone(), Rc::downgrade(&meta));
         }
     }
 
-    /// Forgets `name`: this connection created or deleted it itself, on purpose.
-    pub fn forget(&self, name: &[u8]) {
-        if let Ok(name) = std::str::from_utf8(name) {
-            self.topics.borrow_mut().remove(name);
+    /// Forgets `name`: this connection created or deleted it itself, on purpose. Call it
+    /// once that create or delete is done (every core knows it).
+    pub fn forget(&self, shard: &Shard, name: &[u8]) {
+        let Ok(name) = std::str::from_utf8(name) else {
+            return;
+        };
+        self.topics.borrow_mut().remove(name);
+        if let Some(kafka) = &self.kafka {
+            let mut known = kafka.known.borrow_mut();
+            if known.len() < USED_TOPICS_MAX || known.contains_key(name) {
+                known.insert(name.to_string(), shard.deleted_topics.now());
+            }
         }
     }
 }

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use pagurus::client::blocking::Client;
 
+pub mod hermit;
 pub mod ledger;
 pub mod powerfs;
 pub mod raw;

@@ -4,7 +4,7 @@ exits non-zero with a reason on any failure, prints OK on success."""
 import sys
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 BROKER, MODE = sys.argv[1], sys.argv[2]
@@ -89,18 +89,27 @@ def share():
 
 
 def commit():
-    """A member reads part of each partition and commits exact offsets."""
+    """A member reads part of each partition and commits exact offsets, each with a
+    metadata string; one over 4096 bytes is refused."""
     create_and_produce()
     m = Member("resume", "r1")
     until(30, "an assignment", lambda: m.assigned == set(range(PARTITIONS)), [m])
-    offsets = [TopicPartition(TOPIC, p, 100 + 7 * p) for p in range(PARTITIONS)]
+    offsets = [TopicPartition(TOPIC, p, 100 + 7 * p, metadata=f"meta-{p}") for p in range(PARTITIONS)]
     m.c.commit(offsets=offsets, asynchronous=False)
+    too_large = TopicPartition(TOPIC, 0, 1, metadata="x" * 4097)
+    try:
+        answer = m.c.commit(offsets=[too_large], asynchronous=False)
+        refused = answer[0].error is not None and "METADATA" in str(answer[0].error).upper()
+    except KafkaException as e:
+        refused = "METADATA" in str(e).upper()
+    if not refused:
+        sys.exit("a commit with 4097 bytes of metadata was not refused")
     m.c.close()
 
 
 def resume():
     """After the consumer and the broker restarted, a member of the group finds its commits
-    and reads each partition from exactly there."""
+    (with their metadata) and reads each partition from exactly there."""
     m = Member("resume", "r2")
     until(30, "an assignment", lambda: m.assigned == set(range(PARTITIONS)), [m])
     committed = m.c.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], 10)
@@ -108,6 +117,9 @@ def resume():
     want = {p: 100 + 7 * p for p in range(PARTITIONS)}
     if got != want:
         sys.exit(f"committed offsets {got}, expected {want}")
+    metadata = {tp.partition: tp.metadata for tp in committed}
+    if metadata != {p: f"meta-{p}" for p in range(PARTITIONS)}:
+        sys.exit(f"commit metadata {metadata}, expected meta-<partition>")
     until(30, "a record from every partition", lambda: len(m.first) == PARTITIONS, [m])
     if m.first != want:
         sys.exit(f"first offsets read {m.first}, expected the commits {want}")

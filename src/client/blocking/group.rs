@@ -1,7 +1,8 @@
 //! [`GroupConsumer`]: a member of a native group on a blocking [`Client`], reading the
 //! partitions the broker assigns it, heartbeating, committing and rejoining as members
 //! come and go. Every call waits at most its bound (the join the rebalance timeout plus
-//! the connection's timeout, a fetch the wait asked for).
+//! the connection's timeout, a fetch the wait asked for). The member's decisions are the
+//! sans-IO [`Membership`], shared with [`crate::client::glommio::GroupConsumer`].
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::client::ClientError;
 use crate::client::blocking::{Client, Fetched};
 use crate::client::group::{GroupConfig, Membership, Next, next_after};
-use crate::protocol::native::{ErrorCode, OffsetSpec};
+use crate::protocol::native::OffsetSpec;
 
 /// Batches one poll read from one partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,8 +31,6 @@ pub struct GroupConsumer {
     /// Read timeout of the connection outside joins.
     read_timeout: Duration,
     max_bytes: u32,
-    /// Next partition to read, round robin.
-    turn: usize,
 }
 
 impl GroupConsumer {
@@ -49,7 +48,6 @@ impl GroupConsumer {
             reset,
             read_timeout,
             max_bytes: 1 << 20,
-            turn: 0,
         }
     }
 
@@ -87,18 +85,20 @@ impl GroupConsumer {
             }
         }
         let wait = max_wait.min(self.member.until_heartbeat(Instant::now()));
-        let partitions = self.member.partitions().to_vec();
-        if partitions.is_empty() {
+        let fetches = self.member.fetches_per_poll();
+        if fetches == 0 {
             thread::sleep(wait);
             return Ok(None);
         }
         // Every partition once without waiting, then a long poll on the next one.
-        for round in 0..=partitions.len() {
-            let (topic, partition) = &partitions[self.turn % partitions.len()];
-            self.turn = self.turn.wrapping_add(1);
-            let last = round == partitions.len();
-            let wait = if last { wait } else { Duration::ZERO };
-            if let Some(fetch) = self.fetch(topic, *partition, wait)? {
+        for round in 1..=fetches {
+            let (topic, partition) = self.member.next_partition().expect("assigned");
+            let wait = if round == fetches {
+                wait
+            } else {
+                Duration::ZERO
+            };
+            if let Some(fetch) = self.fetch(&topic, partition, wait)? {
                 return Ok(Some(fetch));
             }
         }
@@ -115,32 +115,22 @@ impl GroupConsumer {
             .member
             .position(topic, partition)
             .expect("assigned partitions have positions");
-        match self
+        let fetched = self
             .client
-            .fetch(topic, partition, from, self.max_bytes, wait)
-        {
-            Ok(fetched) => {
-                let Some(next) = fetched.next_offset() else {
-                    return Ok(None);
-                };
-                self.member.seek(topic, partition, next, false);
-                Ok(Some(GroupFetch {
-                    topic: topic.to_string(),
-                    partition,
-                    from,
-                    fetched,
-                }))
-            }
-            // Retention passed the position: go on at the log's start.
-            Err(ClientError::Broker { code, earliest, .. })
-                if ErrorCode::from_u16(code) == Some(ErrorCode::OffsetOutOfRange)
-                    && from < earliest =>
-            {
-                self.member.seek(topic, partition, earliest, false);
-                Ok(None)
-            }
-            Err(e) => Err(e),
+            .fetch(topic, partition, from, self.max_bytes, wait);
+        let (outcome, fetched) = match fetched {
+            Ok(fetched) => (Ok(fetched.next_offset()), Some(fetched)),
+            Err(e) => (Err(e), None),
+        };
+        if !self.member.fetched(topic, partition, from, outcome)? {
+            return Ok(None);
         }
+        Ok(fetched.map(|fetched| GroupFetch {
+            topic: topic.to_string(),
+            partition,
+            from,
+            fetched,
+        }))
     }
 
     /// Sets the next offset to read from a partition this member holds (e.g. back to the

@@ -181,8 +181,8 @@ impl Consumer {
 
 /// What one poll returned.
 pub struct Polled {
-    reply: OwnedReply,
-    from: u64,
+    pub(super) reply: OwnedReply,
+    pub(super) from: u64,
     pub high_watermark: u64,
 }
 

@@ -13,11 +13,13 @@
 //! - [`producer`]: batching by count, bytes and linger time; several batches in flight per
 //!   connection; shard-aware routing; key-hash partitioning.
 //! - [`consumer`]: long-polling fetches, seeks, group commits, CRC checks.
+//! - [`group`]: a member of a native consumer group ([`GroupConsumer`]).
 //!
 //! Everything here must run inside a glommio executor, and a `Client` stays on the
 //! executor it was made on.
 
 pub mod consumer;
+pub mod group;
 pub mod producer;
 
 use std::cell::RefCell;
@@ -28,9 +30,10 @@ use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use ::glommio::net::TcpStream;
-use futures_lite::{AsyncRead, AsyncWrite};
+use futures_lite::{AsyncRead, AsyncWrite, FutureExt};
 
 use crate::client::ClientError;
 use crate::client::produce::ProduceFrame;
@@ -38,6 +41,7 @@ use crate::client::session::{Reply, Session, check_broker_preface, frame_len, ne
 use crate::protocol::native::{self, Request, ResponseHeader};
 
 pub use consumer::{Consumer, ConsumerConfig, Polled};
+pub use group::{GroupConsumer, GroupFetch};
 pub use producer::{Producer, ProducerConfig, ProducerStats};
 
 /// Reads ask the socket for at least this much room.
@@ -51,6 +55,8 @@ const INLINE_FRAME_BYTES: usize = 48;
 const LARGE_FRAME_BYTES: usize = 64 * 1024;
 /// Large-frame buffers a connection keeps for reuse.
 const POOLED_BUFFERS_MAX: usize = 4;
+/// Longest wait of [`Client::connect`] for the connection, and again for the greeting.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Pool = RefCell<Vec<Vec<u8>>>;
 
@@ -235,13 +241,38 @@ pub struct Client {
 
 impl Client {
     /// Connects, exchanges prefaces, and starts the connection's reader and writer tasks
-    /// on the current executor.
+    /// on the current executor. Waits at most [`CONNECT_TIMEOUT`] for the connection and
+    /// again for the broker's preface.
     pub async fn connect(addr: SocketAddr) -> Result<Client, ClientError> {
-        let mut stream = TcpStream::connect(addr).await.map_err(io::Error::from)?;
+        Client::connect_timeout(addr, CONNECT_TIMEOUT).await
+    }
+
+    /// As [`Client::connect`], waiting at most `timeout` for the connection and again for
+    /// the preface: a stopped broker or a server that says nothing fails the call.
+    pub async fn connect_timeout(
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Client, ClientError> {
+        let mut stream = TcpStream::connect_timeout(addr, timeout)
+            .await
+            .map_err(io::Error::from)?;
         stream.set_nodelay(true).map_err(io::Error::from)?;
         write_all(&mut stream, &native::preface(native::VERSION)).await?;
         let mut preface = [0u8; native::PREFACE_LEN];
-        read_exact(&mut stream, &mut preface).await?;
+        let greeted = async { Some(read_exact(&mut stream, &mut preface).await) }
+            .or(async {
+                ::glommio::timer::sleep(timeout).await;
+                None
+            })
+            .await;
+        match greeted {
+            Some(read) => read?,
+            None => {
+                return Err(ClientError::NoGreeting {
+                    timeout_ms: timeout.as_millis() as u64,
+                });
+            }
+        }
         check_broker_preface(&preface)?;
         let inner = Rc::new(Inner {
             stream: RefCell::new(stream),

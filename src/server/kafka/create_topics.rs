@@ -25,7 +25,10 @@ pub(super) fn handle(
             let name = topic.name.clone();
             let partitions = topic.num_partitions;
             let result = CreatableTopicResult::default().with_name(name.clone());
-            results.push(match create(&conn, topic, request.validate_only).await {
+            let created = create(&conn, topic, request.validate_only).await;
+            // This connection knows the name now, whatever the outcome (`shard::used`).
+            conn.used.forget(&conn.shard, name.0.as_bytes());
+            results.push(match created {
                 Ok(count) => result.with_num_partitions(count).with_replication_factor(1),
                 Err((code, message)) => result
                     .with_error_code(code)

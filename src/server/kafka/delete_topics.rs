@@ -20,7 +20,10 @@ pub(super) fn handle(
         let mut results = Vec::with_capacity(request.topic_names.len());
         for name in request.topic_names {
             let result = DeletableTopicResult::default().with_name(Some(name.clone()));
-            results.push(match conn.shard.delete_topic(name.0.as_bytes()).await {
+            let deleted = conn.shard.delete_topic(name.0.as_bytes()).await;
+            // This connection knows: it may create the name again (`shard::used`).
+            conn.used.forget(&conn.shard, name.0.as_bytes());
+            results.push(match deleted {
                 Ok(()) => result,
                 Err(failure) => result
                     .with_error_code(errors::from_native(failure.code))

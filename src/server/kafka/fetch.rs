@@ -11,6 +11,8 @@
 //! Fetch sessions (KIP-227) are not kept: the answer's session id is 0, which tells the
 //! client to send full fetches.
 
+use std::fs::File;
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
 
@@ -78,7 +80,7 @@ async fn fetch(conn: &Rc<Conn>, header: &RequestHeader, request: FetchRequest) -
         outcomes = wait_any(conn, &topics, &asked, max_wait_ms, outcomes).await;
     }
     let response_max = u64::try_from(request.max_bytes.max(1)).unwrap_or(1);
-    encode(conn, header, &topics, &asked, outcomes, response_max)
+    encode(conn, header, &topics, &asked, outcomes, response_max).await
 }
 
 fn plan_bytes(outcome: &Outcome) -> u64 {
@@ -174,6 +176,10 @@ async fn plan_one(
             errors::OFFSET_OUT_OF_RANGE
         });
     };
+    // A topic deleted since this connection used it stays unknown (`shard::used`).
+    if conn.used.check(shard, topic.as_bytes()).is_err() {
+        return Outcome::Error(UNKNOWN_TOPIC_OR_PARTITION);
+    }
     // No creation on demand: a consumer asks for what Metadata listed.
     if let Err(failure) = shard.known_partition(&topic, partition) {
         return Outcome::Error(errors::from_native(failure.code));
@@ -181,6 +187,7 @@ async fn plan_one(
     if conn.not_leader(shard.owner(&topic, partition)) {
         return Outcome::Error(NOT_LEADER_OR_FOLLOWER);
     }
+    conn.used.record(shard, topic.as_bytes());
     let fetch = Fetch {
         topic,
         partition,
@@ -196,7 +203,7 @@ async fn plan_one(
 
 /// Builds the answer: the head and each partition's fixed fields from user space, the
 /// records as parts.
-fn encode(
+async fn encode(
     conn: &Conn,
     header: &RequestHeader,
     topics: &[TopicName],
@@ -236,7 +243,7 @@ fn encode(
         for at in list {
             let outcome = outcomes[at].take().unwrap_or(Outcome::Error(errors::NONE));
             let (data, records) =
-                partition_answer(conn, version, asked[at].partition, outcome, &mut budget);
+                partition_answer(conn, version, asked[at].partition, outcome, &mut budget).await;
             let mut fixed = BytesMut::new();
             data.encode(&mut fixed, version)
                 .expect("a partition answer encodes at a served version");
@@ -281,7 +288,7 @@ fn encode(
 }
 
 /// One partition's fixed fields (records null) and its records as parts.
-fn partition_answer(
+async fn partition_answer(
     conn: &Conn,
     version: i16,
     partition: i32,
@@ -313,7 +320,7 @@ fn partition_answer(
             -1 // v5+ only
         })
         .with_aborted_transactions(Some(Vec::new()));
-    let parts = match records(conn, &plan, budget) {
+    let parts = match records(conn, &plan, budget).await {
         Ok(parts) => parts,
         Err(error) => {
             warn!(path = %plan.wal_path.display(), %error, "Kafka fetch could not read its segment");
@@ -328,7 +335,7 @@ fn partition_answer(
 
 /// The records of a plan: sendfile ranges for stored RecordBatches, converted bytes for
 /// native batches. Stops at the response budget (always at least one batch if any).
-fn records(conn: &Conn, plan: &SendPlan, budget: &mut u64) -> std::io::Result<Vec<Part>> {
+async fn records(conn: &Conn, plan: &SendPlan, budget: &mut u64) -> io::Result<Vec<Part>> {
     if plan.batches.is_empty() || *budget == 0 {
         return Ok(Vec::new());
     }
@@ -336,21 +343,37 @@ fn records(conn: &Conn, plan: &SendPlan, budget: &mut u64) -> std::io::Result<Ve
         Ok(file) => file,
         // Replaced by compaction or deleted by retention since it was planned: answer
         // nothing now, the client fetches again.
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => {
             Metrics::inc(&conn.shard.metrics.fetches_replanned);
             return Ok(Vec::new());
         }
         Err(error) => return Err(error),
     };
-    let limits = conn.shard.config.log.limits;
-    let mut parts = Vec::with_capacity(plan.batches.len());
-    let mut converted = Vec::new();
-    for (i, entry) in plan.batches.iter().enumerate() {
+    // The batches that fit the budget: always the first.
+    let mut taken = 0;
+    for entry in &plan.batches {
         let length = u64::from(entry.length);
-        if i > 0 && length > *budget {
+        if taken > 0 && length > *budget {
             break;
         }
         *budget = budget.saturating_sub(length);
+        taken += 1;
+    }
+    let batches = &plan.batches[..taken];
+    // Native batches to convert, read in one go (the plan's batches are contiguous).
+    let mut native = batches.iter().filter(|e| e.format == BatchFormat::Native);
+    let span = native
+        .next()
+        .map(|first| (first, native.next_back().unwrap_or(first)))
+        .map(|(first, last)| (u64::from(first.position), last.end_position()));
+    let native_bytes = match span {
+        Some((start, end)) => read_range(&file, start, end - start, plan.hot).await?,
+        None => Vec::new(),
+    };
+    let limits = conn.shard.config.log.limits;
+    let mut parts = Vec::with_capacity(batches.len());
+    let mut converted = Vec::new();
+    for entry in batches {
         match entry.format {
             BatchFormat::Kafka => {
                 if !converted.is_empty() {
@@ -360,16 +383,17 @@ fn records(conn: &Conn, plan: &SendPlan, budget: &mut u64) -> std::io::Result<Ve
                 parts.push(Part::File {
                     file: Rc::clone(&file),
                     position: u64::from(entry.position) + header,
-                    length: length - header,
+                    length: u64::from(entry.length) - header,
                     hot: plan.hot,
                 });
                 Metrics::add(&conn.shard.metrics.records_out, u64::from(entry.records));
             }
             BatchFormat::Native => {
-                let mut native = vec![0u8; entry.length as usize];
-                file.read_exact_at(&mut native, u64::from(entry.position))?;
-                convert::native_to_record_batch(&native, &limits, &mut converted)
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+                let start = span.map_or(0, |(start, _)| start);
+                let at = usize::try_from(u64::from(entry.position) - start).expect("in the read");
+                let native = &native_bytes[at..at + entry.length as usize];
+                convert::native_to_record_batch(native, &limits, &mut converted)
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
                 Metrics::inc(&conn.shard.metrics.kafka_batches_converted);
                 Metrics::add(&conn.shard.metrics.records_out, u64::from(entry.records));
             }
@@ -380,6 +404,26 @@ fn records(conn: &Conn, plan: &SendPlan, budget: &mut u64) -> std::io::Result<Ve
         parts.push(Part::Bytes(converted));
     }
     Ok(parts)
+}
+
+/// `length` bytes of a segment from `position`, for conversion. A range of the active
+/// segment (`hot`: in the page cache, a memory copy) is read inline; any other on the
+/// blocking pool, so a cold read never stalls the executor. At most one fetch's bytes
+/// (`FETCH_BYTES_MAX`, or one batch over it).
+async fn read_range(file: &Rc<File>, position: u64, length: u64, hot: bool) -> io::Result<Vec<u8>> {
+    let len = usize::try_from(length).map_err(|_| io::Error::other("read range too large"))?;
+    let read = move |file: &File| {
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, position).map(|()| buf)
+    };
+    if hot {
+        return read(file.as_ref());
+    }
+    // A descriptor of its own for the job, which runs on even if this future is dropped.
+    let file = file.try_clone()?;
+    glommio::executor()
+        .spawn_blocking(move || read(&file))
+        .await
 }
 
 fn put_len(out: &mut BytesMut, len: usize, flexible: bool) {

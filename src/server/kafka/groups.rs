@@ -23,6 +23,7 @@ pub const REBALANCE_IN_PROGRESS: i16 = 27;
 pub const INVALID_GROUP_ID: i16 = 24;
 pub const GROUP_ID_NOT_FOUND: i16 = 69;
 pub const NON_EMPTY_GROUP: i16 = 68;
+pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 

@@ -1,6 +1,8 @@
 //! JoinGroup and SyncGroup: the classic rebalance protocol on the shard's coordinator. A
 //! join answer waits until the generation forms; a follower's sync until the leader brought
-//! the assignment (both bounded by the member's rebalance timeout).
+//! the assignment (both bounded by the member's rebalance timeout). From v4 a first join
+//! (no member id, not static) is answered MEMBER_ID_REQUIRED with an id to join with
+//! (KIP-394), as Kafka does.
 
 use std::rc::Rc;
 
@@ -10,9 +12,10 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::groups::{INVALID_SESSION_TIMEOUT, name_code};
+use super::groups::{INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, name_code};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
+use crate::shard::coordinator::calls::JoinAnswer;
 use crate::shard::membership::JoinRequest;
 
 pub(super) fn join(conn: &Rc<Conn>, header: RequestHeader, request: JoinGroupRequest) -> Pending {
@@ -46,9 +49,15 @@ pub(super) fn join(conn: &Rc<Conn>, header: RequestHeader, request: JoinGroupReq
                 .map(|p| (p.name.to_string(), p.metadata.to_vec()))
                 .collect(),
             topics: Vec::new(),
+            // KIP-394, as Kafka: from v4 a first join gets MEMBER_ID_REQUIRED and an id.
+            member_id_required: header.api_version >= 4,
         };
         let body = match shard.join_group(request.group_id.as_bytes(), join).await {
-            Ok(joined) => JoinGroupResponse::default()
+            Ok(JoinAnswer::MemberIdRequired { member_id }) => JoinGroupResponse::default()
+                .with_error_code(MEMBER_ID_REQUIRED)
+                .with_generation_id(-1)
+                .with_member_id(StrBytes::from_string(member_id)),
+            Ok(JoinAnswer::Joined(joined)) => JoinGroupResponse::default()
                 .with_generation_id(joined.generation)
                 .with_protocol_type(Some(StrBytes::from_string(joined.protocol_type)))
                 .with_protocol_name(joined.protocol.map(StrBytes::from_string))

@@ -1,10 +1,12 @@
 //! OffsetCommit (fenced by the member's generation; generation -1 with no member id is a
 //! commit from outside the group, accepted while it has no members), OffsetFetch and
-//! OffsetDelete. Offsets live in the shard's offsets shards, shared with native clients;
-//! commit metadata strings are not kept (OffsetFetch answers an empty one).
+//! OffsetDelete. Offsets live in the shard's offsets shards, shared with native clients,
+//! each with its commit's metadata string (at most 4096 bytes, as Kafka's default
+//! `offset.metadata.max.bytes`; OffsetFetch answers it).
 
 use std::rc::Rc;
 
+use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestPartition;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
@@ -16,30 +18,40 @@ use kafka_protocol::messages::offset_fetch_response::{
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
+use tracing::debug;
 
-use super::errors::{INVALID_REQUEST, NONE};
+use super::errors::{INVALID_REQUEST, NONE, OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION};
 use super::groups::{GROUP_SUBSCRIBED_TO_TOPIC, code, name_code};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
 use crate::protocol::native::ErrorCode;
+use crate::shard::coordinator::api::CommitEntry;
+use crate::shard::offsets::COMMIT_METADATA_BYTES_MAX;
 
 pub(super) fn commit(
     conn: &Rc<Conn>,
     header: RequestHeader,
     request: OffsetCommitRequest,
 ) -> Pending {
-    let shard = Rc::clone(&conn.shard);
+    let conn = Rc::clone(conn);
     Pending::later(async move {
+        let shard = &conn.shard;
+        // Each partition's own refusal, before the group's fence; `None` goes to the group.
+        let mut refused = Vec::new();
         let mut entries = Vec::new();
         for topic in &request.topics {
             for p in &topic.partitions {
-                if p.partition_index >= 0 && p.committed_offset >= 0 {
-                    entries.push((
-                        topic.name.to_string(),
-                        p.partition_index as u32,
-                        p.committed_offset as u64,
-                    ));
+                let metadata = p.committed_metadata.as_deref().unwrap_or_default();
+                let code = partition_refusal(&conn, &topic.name, p, metadata);
+                if code.is_none() {
+                    entries.push(CommitEntry {
+                        topic: topic.name.to_string(),
+                        partition: p.partition_index as u32,
+                        offset: p.committed_offset as u64,
+                        metadata: metadata.to_string(),
+                    });
                 }
+                refused.push(code);
             }
         }
         let committed = shard
@@ -54,6 +66,7 @@ pub(super) fn commit(
             Ok(results) => (NONE, results.into_iter()),
             Err(failure) => (name_code(&failure), Vec::new().into_iter()),
         };
+        let mut refused = refused.into_iter();
         let topics = request
             .topics
             .into_iter()
@@ -62,15 +75,13 @@ pub(super) fn commit(
                     .partitions
                     .iter()
                     .map(|p| {
-                        let code = if p.partition_index < 0 || p.committed_offset < 0 {
-                            INVALID_REQUEST
-                        } else if fence_code != NONE {
-                            fence_code
-                        } else {
-                            results
+                        let code = match refused.next().flatten() {
+                            Some(code) => code,
+                            None if fence_code != NONE => fence_code,
+                            None => results
                                 .next()
                                 .and_then(Result::err)
-                                .map_or(NONE, |f| code(&f))
+                                .map_or(NONE, |f| code(&f)),
                         };
                         OffsetCommitResponsePartition::default()
                             .with_partition_index(p.partition_index)
@@ -89,6 +100,29 @@ pub(super) fn commit(
     })
 }
 
+/// Why one partition's commit is refused before the group is asked: a bad index or
+/// offset, metadata over Kafka's `offset.metadata.max.bytes` (4096), a topic or partition
+/// that does not exist (as Kafka answers), or a topic deleted since this connection used it
+/// (`shard::used`: a consumer's old positions do not fit a topic made again under its name).
+fn partition_refusal(
+    conn: &Conn,
+    topic: &TopicName,
+    p: &OffsetCommitRequestPartition,
+    metadata: &str,
+) -> Option<i16> {
+    let (Ok(partition), true) = (u32::try_from(p.partition_index), p.committed_offset >= 0) else {
+        return Some(INVALID_REQUEST);
+    };
+    if metadata.len() > COMMIT_METADATA_BYTES_MAX {
+        debug!(topic = %topic.0, partition, bytes = metadata.len(), "commit metadata too large");
+        return Some(OFFSET_METADATA_TOO_LARGE);
+    }
+    let shard = &conn.shard;
+    let known = conn.used.check(shard, topic.as_bytes()).is_ok()
+        && shard.known_partition(topic.as_str(), partition).is_ok();
+    (!known).then_some(UNKNOWN_TOPIC_OR_PARTITION)
+}
+
 pub(super) fn fetch(
     conn: &Rc<Conn>,
     header: RequestHeader,
@@ -97,12 +131,15 @@ pub(super) fn fetch(
     let shard = Rc::clone(&conn.shard);
     Pending::later(async move {
         let group = request.group_id.to_string();
-        let partition = |index: i32, offset: Option<u64>, code: i16| {
+        let partition = |index: i32, committed: Option<(u64, String)>, code: i16| {
+            let (offset, metadata) = committed.map_or((-1, String::new()), |(offset, metadata)| {
+                (i64::try_from(offset).unwrap_or(i64::MAX), metadata)
+            });
             OffsetFetchResponsePartition::default()
                 .with_partition_index(index)
-                .with_committed_offset(offset.map_or(-1, |o| o as i64))
+                .with_committed_offset(offset)
                 .with_committed_leader_epoch(-1)
-                .with_metadata(Some(StrBytes::default()))
+                .with_metadata(Some(StrBytes::from_string(metadata)))
                 .with_error_code(code)
         };
         let mut top_code = NONE;
@@ -116,7 +153,11 @@ pub(super) fn fetch(
                             Err(INVALID_REQUEST)
                         } else {
                             shard
-                                .fetch_offset(group.as_bytes(), topic.name.as_bytes(), index as u32)
+                                .fetch_committed(
+                                    group.as_bytes(),
+                                    topic.name.as_bytes(),
+                                    index as u32,
+                                )
                                 .await
                                 .map_err(|f| name_code(&f))
                         };
@@ -137,7 +178,7 @@ pub(super) fn fetch(
             None => match shard.group_offsets(Some(&group)).await {
                 Ok(entries) => {
                     let mut topics: Vec<OffsetFetchResponseTopic> = Vec::new();
-                    for (_, topic, index, offset) in entries {
+                    for (_, topic, index, offset, metadata) in entries {
                         if topics.last().is_none_or(|t| *t.name != *topic) {
                             topics.push(
                                 OffsetFetchResponseTopic::default()
@@ -145,8 +186,11 @@ pub(super) fn fetch(
                             );
                         }
                         let last = topics.last_mut().expect("pushed");
-                        last.partitions
-                            .push(partition(index as i32, Some(offset), NONE));
+                        last.partitions.push(partition(
+                            index as i32,
+                            Some((offset, metadata)),
+                            NONE,
+                        ));
                     }
                     topics
                 }

@@ -55,9 +55,14 @@ pub(super) fn handle(
 async fn list(conn: &Conn, topic: &str, index: i32, timestamp: i64) -> Result<i64, i16> {
     let shard = &conn.shard;
     let partition = u32::try_from(index).map_err(|_| UNKNOWN_TOPIC_OR_PARTITION)?;
+    // A topic deleted since this connection used it stays unknown (`shard::used`).
+    conn.used
+        .check(shard, topic.as_bytes())
+        .map_err(|_| UNKNOWN_TOPIC_OR_PARTITION)?;
     shard
         .known_partition(topic, partition)
         .map_err(|f| errors::from_native(f.code))?;
+    conn.used.record(shard, topic.as_bytes());
     if conn.not_leader(shard.owner(topic, partition)) {
         return Err(NOT_LEADER_OR_FOLLOWER);
     }

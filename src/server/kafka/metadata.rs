@@ -1,7 +1,8 @@
 //! Metadata: every core is a broker (node id = core, host = the address the client reached,
 //! port = that core's shard port), a partition's leader is its owning core. Topics named
 //! and missing are created on demand when the request allows it, as Kafka's
-//! `auto.create.topics.enable` does (topics are created on demand for every protocol).
+//! `auto.create.topics.enable` does (topics are created on demand for every protocol),
+//! except a topic deleted since this connection used it (`shard::used`).
 
 use std::rc::Rc;
 
@@ -67,6 +68,7 @@ async fn metadata(
     };
     let auto_create = header.api_version < 4 || request.allow_auto_topic_creation;
     let mut invalid = Vec::new();
+    let mut gone = Vec::new();
     let names = match asked {
         None => Vec::new(),
         Some(names) => {
@@ -74,6 +76,10 @@ async fn metadata(
             for name in names {
                 if shard.valid_name(name.as_bytes(), "topic").is_err() {
                     invalid.push(name);
+                    continue;
+                }
+                if deleted_for(conn, &name, auto_create) {
+                    gone.push(name);
                     continue;
                 }
                 if auto_create
@@ -128,6 +134,11 @@ async fn metadata(
                 .with_partitions(partitions)
         })
         .collect();
+    topics.extend(gone.into_iter().map(|name| {
+        MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(name))))
+            .with_error_code(UNKNOWN_TOPIC_OR_PARTITION)
+    }));
     topics.extend(invalid.into_iter().map(|name| {
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(StrBytes::from_string(name))))
@@ -138,4 +149,18 @@ async fn metadata(
         .with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)))
         .with_controller_id(node_id(crate::shard::CONTROLLER_CORE))
         .with_topics(topics)
+}
+
+/// True if `name` is answered unknown on this connection (`shard::used`): a topic this
+/// connection used was deleted since (even if made again), or a missing topic that this
+/// connection may not create again. A topic made again by someone else is listed to a
+/// connection that did not use the old one, even if the delete came while it was open:
+/// Metadata only lists, and the data requests refuse it.
+fn deleted_for(conn: &Conn, name: &str, auto_create: bool) -> bool {
+    let shard = &conn.shard;
+    if shard.topic(name).is_some() {
+        conn.used.used_older(shard, name)
+    } else {
+        auto_create && conn.used.check(shard, name.as_bytes()).is_err()
+    }
 }

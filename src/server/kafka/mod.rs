@@ -32,6 +32,7 @@ use crate::protocol::kafka::frame::{self, FrameError};
 use crate::protocol::kafka::header::HeaderPrefix;
 use crate::server::io::{RequestDeadline, flush, read_some};
 use crate::shard::Shard;
+use crate::shard::used::UsedTopics;
 
 mod api_versions;
 mod create_partitions;
@@ -78,6 +79,8 @@ pub struct Conn {
     pub listener: Listener,
     /// The address the client reached this broker at: what Metadata advertises.
     pub host: String,
+    /// What this connection used, so that a deleted topic stays deleted (`shard::used`).
+    pub used: UsedTopics,
 }
 
 impl Conn {
@@ -173,6 +176,7 @@ pub async fn serve(shard: Rc<Shard>, stream: RefCell<TcpStream>) -> io::Result<(
         shard: Rc::clone(&shard),
         listener,
         host: local.ip().to_string(),
+        used: UsedTopics::kafka(&shard),
     });
     let stream = Rc::new(stream);
     let (tx, rx) = local_channel::new_bounded(shard.config.in_flight_max.max(1));

@@ -148,15 +148,22 @@ async fn start_partition(conn: &Conn, topic: &TopicName, index: i32, records: &[
         batches,
         producers: &producers,
     };
+    // Right before the produce may create the topic, with no await between (`shard::used`).
+    if let Err(failure) = conn.used.check(shard, name) {
+        return Started::Refused(errors::UNKNOWN_TOPIC_OR_PARTITION, failure.message);
+    }
     match shard.start_produce(name, partition, batches).await {
-        Ok(in_flight) => Started::InFlight(in_flight),
+        Ok(in_flight) => {
+            conn.used.record(shard, name);
+            Started::InFlight(in_flight)
+        }
         Err(Failure { code, message, .. }) => Started::Refused(errors::from_native(code), message),
     }
 }
 
 /// The partition's RecordBatches as pagurus batches: `(crc, batch)` pairs as a native
-/// produce carries them, their count, and each one's idempotence fields when the producer
-/// is idempotent. Every batch is checked before any is kept.
+/// produce carries them (CRC fields unset), their count, and each one's idempotence
+/// fields when the producer is idempotent. Every batch is checked before any is kept.
 fn stored_batches(conn: &Conn, records: &[u8]) -> Result<Stored, (i16, String)> {
     let limits = conn.shard.config.log.limits;
     let mut pairs = Vec::with_capacity(records.len() + records.len() / 8 + 64);
@@ -190,14 +197,14 @@ fn stored_batches(conn: &Conn, records: &[u8]) -> Result<Stored, (i16, String)> 
                 offsets: info.offsets(),
             });
         }
-        let at = pairs.len();
+        // The CRC field of the pair stays 0: the RecordBatch's own CRC was just checked,
+        // and the storage takes the batch as checked (`BatchSource::Kafka`), so the only
+        // other pass over its bytes is the index entry's CRC of the bytes as stored.
         pairs.extend_from_slice(&[0; 4]);
         let mut header = [0u8; record::HEADER_LEN];
         convert::stored_header(&info, 0).encode(&mut header);
         pairs.extend_from_slice(&header);
         pairs.extend_from_slice(kafka);
-        let crc = record::batch_crc(&pairs[at + 4..]);
-        pairs[at..at + 4].copy_from_slice(&crc.to_be_bytes());
         count += 1;
     }
     if !producers.is_empty() && producers.len() != count as usize {

@@ -5,6 +5,8 @@ use std::rc::Rc;
 
 use crate::protocol::native::{self, ErrorCode, JoinGroup};
 use crate::server::native::{Pending, Tag, empty, later};
+use crate::shard::coordinator::api::CommitEntry;
+use crate::shard::coordinator::calls::JoinAnswer;
 use crate::shard::membership::{Assignor, JoinRequest, NATIVE_PROTOCOL_TYPE};
 use crate::shard::{Failure, Shard};
 
@@ -75,7 +77,13 @@ pub(super) fn join(shard: &Rc<Shard>, tag: Tag, join: JoinGroup<'_>) -> Pending 
     let request = join_request(shard, &join);
     later(shard, tag, async move |shard: Rc<Shard>| {
         let request = request?;
-        let joined = shard.join_group(&group, request).await?;
+        // A native join never asks for a member id first (`member_id_required` is false).
+        let JoinAnswer::Joined(joined) = shard.join_group(&group, request).await? else {
+            return Err(Failure::new(
+                ErrorCode::Internal,
+                "the coordinator asked a native member for a member id",
+            ));
+        };
         let synced = shard
             .sync_group(&group, &joined.member_id, joined.generation, Vec::new())
             .await?;
@@ -123,6 +131,7 @@ fn join_request(shard: &Shard, join: &JoinGroup<'_>) -> Result<JoinRequest, Fail
         protocol_type: NATIVE_PROTOCOL_TYPE.to_string(),
         protocols: vec![(assignor, Vec::new())],
         topics,
+        member_id_required: false,
     })
 }
 
@@ -167,7 +176,12 @@ pub(super) fn commit(shard: &Rc<Shard>, tag: Tag, commit: Commit<'_>) -> Pending
     let (generation, partition, offset) = (commit.generation, commit.partition, commit.offset);
     later(shard, tag, async move |shard: Rc<Shard>| {
         let member_id = String::from_utf8_lossy(&member_id);
-        let entries = vec![(topic?, partition, offset)];
+        let entries = vec![CommitEntry {
+            topic: topic?,
+            partition,
+            offset,
+            metadata: String::new(),
+        }];
         let mut results = shard
             .commit_offsets_fenced(&group, &member_id, generation, entries)
             .await?;

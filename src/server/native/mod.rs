@@ -375,11 +375,11 @@ async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Pend
             spec,
         } => offsets::list(shard, tag, topic, partition, spec),
         Request::CreateTopic { name, settings } => {
-            used.forget(name);
+            used.forget(shard, name);
             topics::create(shard, tag, name, settings)
         }
         Request::DeleteTopic { name } => {
-            used.forget(name);
+            used.forget(shard, name);
             topics::delete(shard, tag, name)
         }
         Request::Compact { topic, partition } => topics::compact(shard, tag, topic, partition),

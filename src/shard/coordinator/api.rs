@@ -19,7 +19,15 @@ pub struct GroupDescription {
 }
 
 /// One partition's commit in a fenced commit.
-pub type CommitEntry = (String, u32, u64);
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommitEntry {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    /// Kafka's commit metadata string ("" for none; at most
+    /// `offsets::COMMIT_METADATA_BYTES_MAX` bytes).
+    pub metadata: String,
+}
 
 impl Shard {
     /// The core that coordinates `group`.
@@ -27,12 +35,13 @@ impl Shard {
         group_coordinator(group, self.cores())
     }
 
-    /// Joins (or rejoins) a group and waits until the generation forms.
+    /// Joins (or rejoins) a group and waits until the generation forms; or, for a first
+    /// join that must have a member id first (KIP-394), hands one out at once.
     pub async fn join_group(
         self: &Rc<Self>,
         group: &[u8],
         request: JoinRequest,
-    ) -> Result<Joined, Failure> {
+    ) -> Result<JoinAnswer, Failure> {
         let group = self.valid_name(group, "group")?.to_string();
         if request.instance_id.as_deref() == Some("") {
             return Err(Failure::new(
@@ -228,11 +237,17 @@ impl Shard {
         let name = self.valid_name(group, "group")?.to_string();
         self.check_commit(&name, member_id, generation).await?;
         let mut results = Vec::with_capacity(entries.len());
-        for (topic, partition, offset) in entries {
-            results.push(
-                self.store_offset(group, topic.as_bytes(), partition, offset)
-                    .await,
-            );
+        for entry in entries {
+            let stored = self
+                .store_offset(
+                    group,
+                    entry.topic.as_bytes(),
+                    entry.partition,
+                    entry.offset,
+                    entry.metadata,
+                )
+                .await;
+            results.push(stored);
         }
         Ok(results)
     }

@@ -15,6 +15,16 @@ pub struct Joined {
     pub members: Vec<(String, Option<String>, Vec<u8>)>,
 }
 
+/// The answer to a join.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JoinAnswer {
+    Joined(Joined),
+    /// KIP-394 (Kafka's JoinGroup v4+): join again with this member id.
+    MemberIdRequired {
+        member_id: String,
+    },
+}
+
 /// A member's assignment for its generation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Synced {

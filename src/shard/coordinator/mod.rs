@@ -208,6 +208,8 @@ pub fn group_failure(group: &str, error: GroupError) -> Failure {
         GroupError::NotEmpty => ErrorCode::GroupNotEmpty,
         GroupError::Dead => ErrorCode::UnknownGroup,
         GroupError::MetadataTooLarge { .. } => ErrorCode::Malformed,
+        // Answered as a JoinAnswer by GroupJoin; never a failure.
+        GroupError::MemberIdRequired { .. } => ErrorCode::UnknownMember,
     };
     Failure::new(code, format!("group {group}: {error}"))
 }

@@ -10,20 +10,25 @@ use super::calls::*;
 use super::{Want, group_failure};
 use crate::protocol::native::ErrorCode;
 use crate::shard::calls::Run;
-use crate::shard::membership::{GroupError, NATIVE_PROTOCOL_TYPE, Reply};
+use crate::shard::membership::{GroupError, GroupState, NATIVE_PROTOCOL_TYPE, Reply};
 use crate::shard::{Failure, Shard};
 
 impl Run for GroupJoin {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Joined, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<JoinAnswer, Failure> {
         let coordinator = &shard.coordinator;
         let bound = Duration::from_millis(self.request.rebalance_timeout_ms);
         let (member_id, protocol_type) = {
             let mut groups = coordinator.groups.borrow_mut();
             let group = groups.get_or_create(&self.group)?;
             let generation = group.generation();
-            let (member_id, replies) = group
-                .join_member(coordinator.now_ms(), self.request)
-                .map_err(|e| group_failure(&self.group, e))?;
+            let (member_id, replies) = match group.join_member(coordinator.now_ms(), self.request) {
+                Ok(joined) => joined,
+                Err(GroupError::MemberIdRequired { member_id }) => {
+                    info!(group = %self.group, member = %member_id, "member id handed out; the member joins again with it");
+                    return Ok(JoinAnswer::MemberIdRequired { member_id });
+                }
+                Err(e) => return Err(group_failure(&self.group, e)),
+            };
             info!(group = %self.group, member = %member_id, generation, "member joins");
             coordinator.forget(&self.group, &member_id);
             let protocol_type = group.protocol_type().unwrap_or_default().to_string();
@@ -43,14 +48,14 @@ impl Run for GroupJoin {
                 members,
             } => {
                 info!(group = %self.group, member = %member_id, generation, "member joined its generation");
-                Ok(Joined {
+                Ok(JoinAnswer::Joined(Joined {
                     member_id,
                     generation,
                     protocol_type,
                     protocol,
                     leader,
                     members,
-                })
+                }))
             }
             Reply::Failed { error, .. } => Err(group_failure(&self.group, error)),
             Reply::Synced { .. } => unreachable!("a join waits for Joined or Failed"),
@@ -218,11 +223,15 @@ impl Run for GroupDescribe {
 
 impl Run for GroupList {
     async fn run(self, shard: &Rc<Shard>) -> Result<Vec<GroupListing>, Failure> {
+        // An empty group is listed by its committed offsets alone (`group_listings`), as if
+        // the registry had already forgotten it: that happens at the next tick, so listing
+        // it here would make a listing right after its last member left depend on the tick.
         Ok(shard
             .coordinator
             .groups
             .borrow()
             .list()
+            .filter(|(_, state, _)| *state != GroupState::Empty.name())
             .map(|(id, state, protocol_type)| {
                 (
                     id.to_string(),

@@ -17,6 +17,7 @@ impl Group {
             members: BTreeMap::new(),
             instances: BTreeMap::new(),
             member_seq: 0,
+            pending_ids: BTreeMap::new(),
             incarnation: 0,
             limits,
         }
@@ -67,6 +68,13 @@ impl Group {
         request: JoinRequest,
     ) -> Result<(String, Vec<Reply>), GroupError> {
         self.check_join(&request)?;
+        if request.member_id_required
+            && request.member_id.is_empty()
+            && request.instance_id.is_none()
+        {
+            let member_id = self.hand_out_member_id(now_ms, &request)?;
+            return Err(GroupError::MemberIdRequired { member_id });
+        }
         let member_id = self.admit(now_ms, request)?;
         let mut replies = Vec::new();
         if !matches!(self.state, GroupState::PreparingRebalance { .. }) {
@@ -116,11 +124,37 @@ impl Group {
         Ok(())
     }
 
+    /// KIP-394: a first join gets a member id and becomes a member only when it joins
+    /// again with it, within its session timeout (a client that never does leaves no
+    /// member behind for the rebalance to wait on).
+    fn hand_out_member_id(
+        &mut self,
+        now_ms: u64,
+        request: &JoinRequest,
+    ) -> Result<String, GroupError> {
+        self.pending_ids.retain(|_, until_ms| *until_ms > now_ms);
+        let max = self.limits.members_max;
+        if self.members.len() >= max || self.pending_ids.len() >= max {
+            return Err(GroupError::GroupFull { max });
+        }
+        let id = self.next_member_id(&request.client_id);
+        let until_ms = now_ms.saturating_add(request.session_timeout_ms);
+        self.pending_ids.insert(id.clone(), until_ms);
+        Ok(id)
+    }
+
+    /// True while a handed-out member id may still join (the registry keeps the group).
+    pub fn has_pending_ids(&self) -> bool {
+        !self.pending_ids.is_empty()
+    }
+
     /// Adds or refreshes the member and returns its id.
     fn admit(&mut self, now_ms: u64, request: JoinRequest) -> Result<String, GroupError> {
         if self.members.is_empty() {
             self.protocol_type = Some(request.protocol_type.clone());
         }
+        // The id a new member joins under, if it was handed out (KIP-394).
+        let mut handed_out = None;
         let known = if request.member_id.is_empty() {
             // A static member coming back takes its instance's place under a new id, which
             // fences the old one.
@@ -140,6 +174,9 @@ impl Group {
                 })
         } else if self.members.contains_key(&request.member_id) {
             Some(request.member_id.clone())
+        } else if self.pending_ids.remove(&request.member_id).is_some() {
+            handed_out = Some(request.member_id.clone());
+            None
         } else {
             return Err(GroupError::UnknownMember {
                 member_id: request.member_id,
@@ -159,7 +196,10 @@ impl Group {
                         max: self.limits.members_max,
                     });
                 }
-                let id = self.next_member_id(&request.client_id);
+                let id = match handed_out {
+                    Some(id) => id,
+                    None => self.next_member_id(&request.client_id),
+                };
                 self.members
                     .insert(id.clone(), Member::new(id.clone(), request, now_ms));
                 id
@@ -422,6 +462,7 @@ impl Group {
 
     /// Time passing: expires sessions, and ends a rebalance at its deadline.
     pub fn tick(&mut self, now_ms: u64) -> Vec<Reply> {
+        self.pending_ids.retain(|_, until_ms| *until_ms > now_ms);
         let expired: Vec<String> = self
             .members
             .values()

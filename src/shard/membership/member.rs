@@ -18,6 +18,9 @@ pub struct JoinRequest {
     /// Subscribed topics of a native member (broker-side assignment); empty for Kafka ones,
     /// whose subscription is inside their opaque metadata.
     pub topics: Vec<String>,
+    /// A first join (empty member id, no instance id) gets a member id and must join again
+    /// with it (KIP-394: Kafka's JoinGroup v4+).
+    pub member_id_required: bool,
 }
 
 /// Where a member is in the current rebalance.

@@ -93,6 +93,9 @@ pub enum GroupError {
     Dead,
     #[error("metadata of {bytes} bytes is over the limit")]
     MetadataTooLarge { bytes: usize },
+    /// Not a refusal: the first step of a join (KIP-394); join again with this id.
+    #[error("a member id is required: join again as {member_id}")]
+    MemberIdRequired { member_id: String },
 }
 
 impl GroupError {
@@ -108,6 +111,7 @@ impl GroupError {
             GroupError::NotEmpty => 68,
             GroupError::Dead => 15, // COORDINATOR_NOT_AVAILABLE: the client looks again
             GroupError::MetadataTooLarge { .. } => 42, // INVALID_REQUEST
+            GroupError::MemberIdRequired { .. } => 79,
         }
     }
 }
@@ -148,6 +152,9 @@ pub struct Group {
     /// Static members: instance id → current member id.
     instances: BTreeMap<String, String>,
     member_seq: u64,
+    /// Member ids handed out by MEMBER_ID_REQUIRED and not yet joined with, each until
+    /// its session timeout ends (ms); at most `members_max`.
+    pending_ids: BTreeMap<String, u64>,
     /// Part of every member id: which group of this name this is.
     incarnation: u64,
     limits: GroupLimits,

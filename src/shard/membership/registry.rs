@@ -75,14 +75,19 @@ impl Groups {
     }
 
     /// Time passing for every group; dead and empty ones are forgotten (an empty group's
-    /// committed offsets stay, in the offsets shards).
+    /// committed offsets stay, in the offsets shards), except an empty one that handed out
+    /// member ids still to be joined with.
     pub fn tick(&mut self, now_ms: u64) -> Vec<(String, Reply)> {
         let mut replies = Vec::new();
         for (id, group) in &mut self.groups {
             replies.extend(group.tick(now_ms).into_iter().map(|r| (id.clone(), r)));
         }
-        self.groups
-            .retain(|_, g| !matches!(g.state(), GroupState::Dead | GroupState::Empty));
+        // An empty group that handed out member ids waits for them (KIP-394).
+        self.groups.retain(|_, g| match g.state() {
+            GroupState::Dead => false,
+            GroupState::Empty => g.has_pending_ids(),
+            _ => true,
+        });
         replies
     }
 

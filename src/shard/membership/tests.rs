@@ -15,6 +15,7 @@ fn kafka_join(member_id: &str, client: &str) -> JoinRequest {
         protocol_type: "consumer".to_string(),
         protocols: vec![("range".to_string(), b"sub".to_vec())],
         topics: Vec::new(),
+        member_id_required: false,
     }
 }
 
@@ -388,4 +389,68 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn member_id_required_hands_out_an_id_that_joins_once_within_the_session() {
+    let mut g = group();
+    let first = JoinRequest {
+        member_id_required: true,
+        ..kafka_join("", "c1")
+    };
+    let Err(GroupError::MemberIdRequired { member_id }) = g.join(0, first.clone()) else {
+        panic!("a first join must get a member id");
+    };
+    assert_eq!(
+        GroupError::MemberIdRequired {
+            member_id: String::new()
+        }
+        .kafka_code(),
+        79
+    );
+    assert_eq!(g.members().count(), 0, "no member until it joins again");
+    assert!(g.has_pending_ids());
+    let joined = joined_id(&g.join(1, kafka_join(&member_id, "c1")).unwrap());
+    assert_eq!(joined, vec![(member_id.clone(), 1)]);
+    assert!(!g.has_pending_ids());
+    // A static member is not asked; an id nobody handed out is unknown.
+    let static_member = JoinRequest {
+        instance_id: Some("host-1".to_string()),
+        ..first.clone()
+    };
+    assert!(g.join(2, static_member).is_ok());
+    assert!(matches!(
+        g.join(2, kafka_join("made-up", "c2")),
+        Err(GroupError::UnknownMember { .. })
+    ));
+    // A handed-out id expires with its session timeout.
+    let Err(GroupError::MemberIdRequired { member_id: late }) = g.join(3, first) else {
+        panic!("a first join must get a member id");
+    };
+    g.tick(3 + SESSION_MS + 1);
+    assert!(!g.has_pending_ids());
+    assert!(matches!(
+        g.join(4 + SESSION_MS, kafka_join(&late, "c3")),
+        Err(GroupError::UnknownMember { .. })
+    ));
+}
+
+#[test]
+fn the_registry_keeps_an_empty_group_that_handed_out_an_id() {
+    let mut groups = Groups::new(10, GroupLimits::default());
+    let first = JoinRequest {
+        member_id_required: true,
+        ..kafka_join("", "c1")
+    };
+    let Err(GroupError::MemberIdRequired { member_id }) =
+        groups.get_or_create("g").unwrap().join(0, first)
+    else {
+        panic!("a first join must get a member id");
+    };
+    groups.tick(100);
+    let group = groups.get_mut("g").expect("kept while its id may join");
+    assert_eq!(
+        joined_id(&group.join(200, kafka_join(&member_id, "c1")).unwrap()).len(),
+        1
+    );
 }

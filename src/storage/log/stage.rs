@@ -45,7 +45,7 @@ impl PartitionLog {
         batch: &[u8],
         producer_crc: Option<u32>,
     ) -> Result<Ticket, StorageError> {
-        let checked = self.validate(batch, producer_crc)?;
+        let checked = self.validate(batch, record::BatchTrust::from_crc(producer_crc))?;
         loop {
             match self.try_stage(&[(batch, checked)])? {
                 Some(ticket) => return Ok(ticket),
@@ -60,10 +60,10 @@ impl PartitionLog {
     /// batch's ticket (committing it commits all: commits are in offset order).
     pub async fn stage_many<'b>(
         self: &Rc<Self>,
-        batches: impl Iterator<Item = (Option<u32>, &'b [u8])>,
+        batches: impl Iterator<Item = (record::BatchTrust, &'b [u8])>,
     ) -> Result<(u64, Ticket), StorageError> {
         let checked = batches
-            .map(|(crc, batch)| self.validate(batch, crc).map(|c| (batch, c)))
+            .map(|(trust, batch)| self.validate(batch, trust).map(|c| (batch, c)))
             .collect::<Result<Vec<_>, _>>()?;
         if checked.is_empty() {
             return Err(StorageError::BatchLength {
@@ -87,7 +87,7 @@ impl PartitionLog {
     }
 
     /// Checks a batch (sizes, framing, the producer's CRC) before anything is staged.
-    fn validate(&self, batch: &[u8], producer_crc: Option<u32>) -> Result<Checked, StorageError> {
+    fn validate(&self, batch: &[u8], trust: record::BatchTrust) -> Result<Checked, StorageError> {
         let header = record::check(batch, &self.config.limits)?;
         if header.batch_len() != batch.len() {
             return Err(StorageError::BatchLength {
@@ -95,16 +95,26 @@ impl PartitionLog {
                 given_bytes: batch.len(),
             });
         }
-        if let Some(expected) = producer_crc {
+        if let record::BatchTrust::ProducerCrc(expected) = trust {
             let actual = record::batch_crc(batch);
             if actual != expected {
                 return Err(record::RecordError::CrcMismatch { expected, actual }.into());
             }
         }
+        let format = match trust {
+            record::BatchTrust::KafkaChecked => {
+                debug_assert_eq!(
+                    record::format_of(batch, &header),
+                    record::BatchFormat::Kafka
+                );
+                record::BatchFormat::Kafka
+            }
+            _ => record::format_of(batch, &header),
+        };
         Ok(Checked {
             timestamp_ns: header.timestamp_ns,
             records: header.records(),
-            format: record::format_of(batch, &header),
+            format,
         })
     }
 
