@@ -256,6 +256,45 @@ impl PartitionLog {
         warn!(dir = %self.dir.display(), from_offset = written, ?kind, "write failed; unwritten batches rolled back");
     }
 
+    /// After a failed fdatasync under `always`, with no write in flight: cuts the active
+    /// segment back to the durable watermark (WAL truncated, index entries zeroed), so that
+    /// the next open cannot recover the batches whose sync failed. After a failed
+    /// write-back the kernel may keep their pages in the page cache, clean and readable,
+    /// and no later fdatasync reports the error again (the open-time sync included):
+    /// recovery would keep them, serve them, and acknowledge batches on top of bytes that
+    /// are not on the disk, all lost at the next power cut. Truncation drops those pages.
+    /// Best effort: the partition is fenced either way. (Under `interval` and `never` the
+    /// written batches were acknowledged already, and stay.)
+    pub(super) async fn cut_to_durable(&self) {
+        if self.config.fsync != FsyncPolicy::Always {
+            return;
+        }
+        self.wait_prealloc(|| u64::MAX).await;
+        let (wal, position) = {
+            let mut st = self.state.borrow_mut();
+            let durable = st.durable_offset;
+            let active = st.segments.active_mut();
+            let index = &mut active.index;
+            let keep = index.entries_below(durable);
+            let position = if keep < index.len() {
+                u64::from(index.get(keep).position)
+            } else {
+                index.last().map_or(0, |e| e.end_position())
+            };
+            index.truncate(keep);
+            let Some(writer) = active.writer.as_ref() else {
+                return;
+            };
+            (Rc::clone(&writer.wal), position)
+        };
+        if let Err(error) = wal.truncate(position).await {
+            warn!(dir = %self.dir.display(), %error, "could not cut the batches whose sync failed");
+            return;
+        }
+        self.prealloc_cut(position);
+        warn!(dir = %self.dir.display(), wal_bytes = position, "cut back to the durable watermark");
+    }
+
     /// fdatasyncs the active `.wal` and `.idx` together, covering everything written.
     async fn sync_written(&self) -> Result<(), StorageError> {
         let (target, writer_wal, writer_idx) = {
@@ -271,13 +310,14 @@ impl PartitionLog {
         let (wal, idx) =
             futures_lite::future::zip(writer_wal.fdatasync(), writer_idx.fdatasync()).await;
         crate::metrics::io::record_fsync(started.elapsed(), wal.is_ok() && idx.is_ok());
-        let mut st = self.state.borrow_mut();
         if let Err(e) = wal.and(idx) {
             let reason = format!("fdatasync failed: {e}");
             warn!(dir = %self.dir.display(), %reason, "partition fenced");
-            st.fence(reason.clone());
+            self.state.borrow_mut().fence(reason.clone());
+            self.cut_to_durable().await;
             return Err(StorageError::Fenced { reason });
         }
+        let mut st = self.state.borrow_mut();
         st.durable_offset = st.durable_offset.max(target);
         st.assert_watermarks();
         self.bump(|s| s.syncs += 1);

@@ -239,10 +239,12 @@ impl PartitionLog {
                 continue;
             }
             if rounds.is_empty() {
-                if let Some(error) = write_failed {
-                    return Err(error);
+                let fenced = self.state.borrow().fence_error();
+                if fenced.is_some() {
+                    // Nothing is in flight any more: the batches of the failed rounds go.
+                    self.cut_to_durable().await;
                 }
-                if let Some(error) = self.state.borrow().fence_error() {
+                if let Some(error) = write_failed.take().or(fenced) {
                     return Err(error);
                 }
                 if self.state.borrow().is_rolling() {
