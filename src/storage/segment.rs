@@ -282,3 +282,57 @@ impl Segment {
         &self.index
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    /// Whether two descriptors share one open file description (as a `dup` does): the
+    /// status flags belong to the description, so a flag set through one shows through
+    /// the other only then. O_NONBLOCK does nothing to a regular file.
+    fn same_description(a: i32, b: i32) -> bool {
+        use nix::libc::{F_GETFL, F_SETFL, O_NONBLOCK, fcntl};
+        // SAFETY: plain fcntl calls on descriptors the segment keeps open meanwhile.
+        unsafe {
+            let flags = fcntl(a, F_GETFL);
+            assert!(flags >= 0 && flags & O_NONBLOCK == 0);
+            assert_eq!(fcntl(a, F_SETFL, flags | O_NONBLOCK), 0);
+            let shared = fcntl(b, F_GETFL) & O_NONBLOCK != 0;
+            assert_eq!(fcntl(a, F_SETFL, flags), 0);
+            shared
+        }
+    }
+
+    /// The kernel reports a write-back error once per open file description, so each
+    /// commit round slot must fdatasync through descriptions of its own
+    /// (`storage::log::rounds`): a `dup` would let one round take another's error.
+    #[test]
+    fn every_commit_round_slot_syncs_through_descriptions_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let segment = Segment::create(&path, 0, 64, 3).await.unwrap();
+                let writer = segment.writer.as_ref().unwrap();
+                let fds: Vec<(i32, i32)> = writer
+                    .sync_files
+                    .iter()
+                    .map(|f| (f.wal.as_raw_fd(), f.idx.as_raw_fd()))
+                    .collect();
+                assert_eq!(fds.len(), 3);
+                assert!(same_description(fds[0].0, writer.wal.as_raw_fd()));
+                assert!(same_description(fds[0].1, writer.idx.as_raw_fd()));
+                for i in 0..fds.len() {
+                    for j in i + 1..fds.len() {
+                        assert!(!same_description(fds[i].0, fds[j].0), "wal {i} {j}");
+                        assert!(!same_description(fds[i].1, fds[j].1), "idx {i} {j}");
+                    }
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+}
