@@ -2,7 +2,7 @@
 //! round whose fdatasync failed and every round issued after it are refused (the partition
 //! is fenced), even the later round whose own fdatasync, on descriptors of its own,
 //! succeeded. The failure comes from powerfs: after `SIGUSR2`, the next fsync of an `.idx`
-//! is answered EIO 300 ms later; meanwhile the next round is written and its fdatasyncs
+//! is answered EIO 1.5 s later (ample for a loaded machine); meanwhile the next round is written and its fdatasyncs
 //! issued (its `.wal` one succeeds at once, its `.idx` one right after the failure). Opened
 //! again in the same process, the log ends at the last acknowledged batch: the fence cut
 //! the batches of the failed rounds (their pages may live on in the page cache after a real

@@ -96,7 +96,7 @@ impl PowerFs {
         report
     }
 
-    /// Arms one failing fsync: the next fsync of an `.idx` file is answered EIO 300 ms
+    /// Arms one failing fsync: the next fsync of an `.idx` file is answered EIO 1.5 s
     /// later (src/bin/powerfs/fault.rs).
     pub fn arm_fsync_failure(&mut self) {
         let (child, out) = self.child.as_mut().expect("mounted");

@@ -53,7 +53,7 @@ struct Args {
     #[arg(long, default_value = ".idx")]
     fail_fsync_suffix: String,
     /// How long that failing fsync is held before it fails.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 1_500)]
     fail_fsync_hold_ms: u64,
 }
 
