@@ -113,6 +113,16 @@ impl Default for LogConfig {
 }
 
 impl LogConfig {
+    /// Commit rounds that may be in flight at once, and so pairs of descriptors the active
+    /// segment keeps for their fdatasyncs: overlapping rounds only under `always` (the
+    /// other policies do not fdatasync per round).
+    pub(crate) fn sync_slots(&self) -> usize {
+        match self.fsync {
+            FsyncPolicy::Always => log::ROUNDS_IN_FLIGHT_MAX,
+            _ => 1,
+        }
+    }
+
     pub fn validate(&self) -> Result<(), StorageError> {
         let bad = |reason: &str| {
             Err(StorageError::Config {

@@ -120,6 +120,7 @@ pub async fn open_segments(
                 recovered.entries,
                 recovered.size_bytes,
                 config.index_entries,
+                config.sync_slots(),
                 None,
             )
             .await?;
@@ -127,7 +128,7 @@ pub async fn open_segments(
         }
     }
     if segments.is_empty() {
-        segments.push(Segment::create(dir, 0, config.index_entries).await?);
+        segments.push(Segment::create(dir, 0, config.index_entries, config.sync_slots()).await?);
         sync_dir(dir)?;
     }
     let active_base = segments.last().expect("at least one segment").base_offset;

@@ -45,8 +45,29 @@ pub fn file_id(file: &File) -> std::io::Result<FileId> {
     Ok((meta.dev(), meta.ino()))
 }
 
+/// A descriptor of `path` of its own, only for fdatasync (which works on a read-only one).
+async fn open_for_sync(path: &Path) -> Result<BufferedFile, StorageError> {
+    GlommioOpenOptions::new()
+        .read(true)
+        .buffered_open(path)
+        .await
+        .map_err(|e| StorageError::io(path, e.into()))
+}
+
 /// Handles the active segment writes through.
 pub(crate) struct Writer {
+    pub wal: Rc<BufferedFile>,
+    pub idx: Rc<BufferedFile>,
+    /// What each commit round in flight fdatasyncs, one pair per slot
+    /// (`storage::log::rounds`): slot 0 is `wal` and `idx`; every other slot has
+    /// descriptors of its own (its own open file descriptions, so the kernel reports each
+    /// write-back error to every slot), opened with these, before anything is written.
+    pub sync_files: Vec<SyncFiles>,
+}
+
+/// The `.wal` and `.idx` descriptors one commit round fdatasyncs.
+#[derive(Clone)]
+pub(crate) struct SyncFiles {
     pub wal: Rc<BufferedFile>,
     pub idx: Rc<BufferedFile>,
 }
@@ -71,10 +92,12 @@ pub struct Segment {
 
 impl Segment {
     /// Creates a new, empty active segment.
+    /// `sync_slots` pairs of descriptors are kept for commit rounds (see [`Writer`]).
     pub async fn create(
         dir: &Path,
         base_offset: u64,
         index_entries: u32,
+        sync_slots: usize,
     ) -> Result<Segment, StorageError> {
         let wal = wal_path(dir, base_offset);
         let writer_wal = GlommioOpenOptions::new()
@@ -99,6 +122,7 @@ impl Segment {
             0,
             0,
             index_entries,
+            sync_slots,
             Some(writer_wal),
         )
         .await
@@ -106,6 +130,7 @@ impl Segment {
 
     /// Opens a recovered segment as the active one: `entries` valid index entries, `size_bytes`
     /// of valid WAL ending at `next_offset`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn open_active(
         dir: &Path,
         base_offset: u64,
@@ -113,6 +138,7 @@ impl Segment {
         entries: usize,
         size_bytes: u64,
         index_entries: u32,
+        sync_slots: usize,
         wal_writer: Option<BufferedFile>,
     ) -> Result<Segment, StorageError> {
         let wal = wal_path(dir, base_offset);
@@ -132,6 +158,17 @@ impl Segment {
             .buffered_open(&idx)
             .await
             .map_err(|e| StorageError::io(&idx, e.into()))?;
+        let (wal_writer, idx_writer) = (Rc::new(wal_writer), Rc::new(idx_writer));
+        let mut sync_files = vec![SyncFiles {
+            wal: Rc::clone(&wal_writer),
+            idx: Rc::clone(&idx_writer),
+        }];
+        for _ in 1..sync_slots {
+            sync_files.push(SyncFiles {
+                wal: Rc::new(open_for_sync(&wal).await?),
+                idx: Rc::new(open_for_sync(&idx).await?),
+            });
+        }
         let idx_file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -161,8 +198,9 @@ impl Segment {
             reader: Rc::new(reader),
             idx_file,
             writer: Some(Writer {
-                wal: Rc::new(wal_writer),
-                idx: Rc::new(idx_writer),
+                wal: wal_writer,
+                idx: idx_writer,
+                sync_files,
             }),
             opened_at: Instant::now(),
             dir: dir.to_path_buf(),
@@ -242,5 +280,59 @@ impl Segment {
 
     pub fn index(&self) -> &Index {
         &self.index
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+
+    /// Whether two descriptors share one open file description (as a `dup` does): the
+    /// status flags belong to the description, so a flag set through one shows through
+    /// the other only then. O_NONBLOCK does nothing to a regular file.
+    fn same_description(a: i32, b: i32) -> bool {
+        use nix::libc::{F_GETFL, F_SETFL, O_NONBLOCK, fcntl};
+        // SAFETY: plain fcntl calls on descriptors the segment keeps open meanwhile.
+        unsafe {
+            let flags = fcntl(a, F_GETFL);
+            assert!(flags >= 0 && flags & O_NONBLOCK == 0);
+            assert_eq!(fcntl(a, F_SETFL, flags | O_NONBLOCK), 0);
+            let shared = fcntl(b, F_GETFL) & O_NONBLOCK != 0;
+            assert_eq!(fcntl(a, F_SETFL, flags), 0);
+            shared
+        }
+    }
+
+    /// The kernel reports a write-back error once per open file description, so each
+    /// commit round slot must fdatasync through descriptions of its own
+    /// (`storage::log::rounds`): a `dup` would let one round take another's error.
+    #[test]
+    fn every_commit_round_slot_syncs_through_descriptions_of_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let segment = Segment::create(&path, 0, 64, 3).await.unwrap();
+                let writer = segment.writer.as_ref().unwrap();
+                let fds: Vec<(i32, i32)> = writer
+                    .sync_files
+                    .iter()
+                    .map(|f| (f.wal.as_raw_fd(), f.idx.as_raw_fd()))
+                    .collect();
+                assert_eq!(fds.len(), 3);
+                assert!(same_description(fds[0].0, writer.wal.as_raw_fd()));
+                assert!(same_description(fds[0].1, writer.idx.as_raw_fd()));
+                for i in 0..fds.len() {
+                    for j in i + 1..fds.len() {
+                        assert!(!same_description(fds[i].0, fds[j].0), "wal {i} {j}");
+                        assert!(!same_description(fds[i].1, fds[j].1), "idx {i} {j}");
+                    }
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

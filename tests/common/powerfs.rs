@@ -96,6 +96,23 @@ impl PowerFs {
         report
     }
 
+    /// Arms one failing fsync: the next fsync of an `.idx` file is answered EIO 1.5 s
+    /// later (src/bin/powerfs/fault.rs).
+    pub fn arm_fsync_failure(&mut self) {
+        let (child, out) = self.child.as_mut().expect("mounted");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGUSR2,
+        )
+        .unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with("powerfs fault armed"),
+            "powerfs did not arm the fault: {line:?}"
+        );
+    }
+
     /// Mounts again on the same backing directory (after a cut or an unmount).
     pub fn remount(&mut self) {
         self.spawn();

@@ -18,6 +18,7 @@ use fuser::{
 };
 use nix::libc;
 
+use crate::fault::FsyncFault;
 use crate::model::{Kind, Model};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -37,16 +38,18 @@ pub struct Inner {
 #[derive(Clone)]
 pub struct PowerFs {
     pub inner: Arc<Mutex<Inner>>,
+    pub fault: Arc<FsyncFault>,
 }
 
 impl PowerFs {
-    pub fn new(model: Model) -> PowerFs {
+    pub fn new(model: Model, fault: FsyncFault) -> PowerFs {
         PowerFs {
             inner: Arc::new(Mutex::new(Inner {
                 model,
                 handles: HashMap::new(),
                 next_fh: 1,
             })),
+            fault: Arc::new(fault),
         }
     }
 
@@ -459,6 +462,10 @@ impl Filesystem for PowerFs {
     ) {
         // The kernel has written every dirty page of the file (mmap included) before it
         // sends this. Nothing needs to reach the backing disk: durability is simulated.
+        let name = self.lock().model.node(ino.0).map(|n| n.name.clone());
+        let Some(reply) = self.fault.strike(name.as_deref(), reply) else {
+            return;
+        };
         let mut inner = self.lock();
         let len = inner
             .file_of(ino.0, Some(fh))

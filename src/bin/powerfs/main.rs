@@ -4,9 +4,11 @@
 //! would leave. `SIGUSR1` is the power cut: powerfs unmounts, rebuilds the backing
 //! directory from its durable image (un-synced file data dropped, directory entry changes
 //! not covered by an fsync dropped, optionally torn at 4 KiB pages), prints one line and
-//! exits 0. `SIGTERM`/`SIGINT` unmount and exit 0 with nothing dropped. Mounting needs root
+//! exits 0. `SIGTERM`/`SIGINT` unmount and exit 0 with nothing dropped. `SIGUSR2` arms one
+//! failing fsync (`fault.rs`) and prints `powerfs fault armed`. Mounting needs root
 //! (it calls mount(2) on /dev/fuse itself). Only the test harness uses it; the broker does not.
 
+mod fault;
 mod fs;
 mod model;
 
@@ -17,7 +19,7 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 use fuser::{Config, MountOption, Session};
 use nix::libc;
-use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
+use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 
 use crate::model::{Mode, Model, Rng};
 
@@ -47,6 +49,12 @@ struct Args {
     /// this value) keeps its new bytes, and a file's length is the synced or the current one.
     #[arg(long)]
     torn_seed: Option<u64>,
+    /// After `SIGUSR2`, the next fsync of a file whose name ends with this fails with EIO.
+    #[arg(long, default_value = ".idx")]
+    fail_fsync_suffix: String,
+    /// How long that failing fsync is held before it fails.
+    #[arg(long, default_value_t = 1_500)]
+    fail_fsync_hold_ms: u64,
 }
 
 fn main() -> ExitCode {
@@ -67,13 +75,17 @@ fn run(args: &Args) -> std::io::Result<()> {
     };
     let backing = args.backing.canonicalize()?;
     let model = Model::scan(&backing, mode)?;
-    let filesystem = fs::PowerFs::new(model);
+    let fault = fault::FsyncFault::new(
+        args.fail_fsync_suffix.clone(),
+        std::time::Duration::from_millis(args.fail_fsync_hold_ms),
+    );
+    let filesystem = fs::PowerFs::new(model, fault);
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("powerfs".into()),
         MountOption::DefaultPermissions,
     ];
-    let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGTERM, SIGINT])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGUSR1, SIGUSR2, SIGTERM, SIGINT])?;
     let session = Session::new(filesystem.clone(), &args.mount, &config)?;
     let background = session.spawn()?;
     // The line the test harness waits for.
@@ -83,7 +95,16 @@ fn run(args: &Args) -> std::io::Result<()> {
         args.mount.display()
     );
     std::io::stdout().flush()?;
-    let signal = signals.forever().next().unwrap_or(SIGTERM);
+    let signal = loop {
+        match signals.forever().next() {
+            Some(SIGUSR2) => {
+                filesystem.fault.arm();
+                println!("powerfs fault armed");
+                std::io::stdout().flush()?;
+            }
+            other => break other.unwrap_or(SIGTERM),
+        }
+    };
     let mount = args.mount.canonicalize()?;
     if let Err(e) = background.umount_and_join() {
         // Either the unmount worked and the session ended with the connection's abort

@@ -1,10 +1,10 @@
 //! The I/O side of a partition log: the long-lived I/O task that runs group-commit rounds
-//! (one write of the pending buffer, one fdatasync of `.wal` and `.idx`), segment rolls,
-//! rollbacks of failed writes, fencing after a failed sync, and the explicit `sync` and
-//! `close`.
+//! (one write of the pending buffer, one fdatasync of `.wal` and `.idx`; under `always`
+//! several rounds overlap, see [`super::rounds`]), segment rolls, rollbacks of failed
+//! writes, fencing after a failed sync, and the explicit `sync` and `close`.
 //!
-//! One round runs at a time, marked by an [`IoTurn`]. Whoever holds it (the I/O task, an
-//! interval sync, close) is the only writer of the active segment's files.
+//! The I/O turn, an [`IoTurn`], marks who may write the active segment's files: the I/O
+//! task (from its first round until nothing is in flight), an interval sync, or close.
 
 use std::cell::Cell;
 use std::rc::Rc;
@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use tracing::{info, warn};
 
+use super::rounds::{OVERLAP_MIN_PENDING_BYTES, SyncSlots, sync_files};
 use super::{PENDING_CAPACITY_MIN_BYTES, PartitionLog};
 use crate::storage::segment::Segment;
 use crate::storage::watch::Watch;
@@ -19,9 +20,12 @@ use crate::storage::{FsyncPolicy, StorageError, open};
 
 #[derive(Default)]
 pub(super) struct IoSignal {
-    watch: Watch,
+    pub(super) watch: Watch,
     /// The log was dropped: the I/O task ends.
     dropped: Cell<bool>,
+    /// The I/O task has rounds in flight and waits with a slot free: wake it for anything
+    /// staged (see [`super::rounds`]).
+    pub(super) accepting: Cell<bool>,
 }
 
 impl IoSignal {
@@ -32,8 +36,8 @@ impl IoSignal {
     }
 }
 
-/// The one I/O round in flight. Dropping it (however the round ended: done, failed, or an
-/// early return) frees the turn and wakes everyone waiting on the log's progress.
+/// The I/O turn. Dropping it (however the rounds ended: done, failed, or an early return)
+/// frees the turn and wakes everyone waiting on the log's progress.
 pub(super) struct IoTurn<'a> {
     log: &'a PartitionLog,
 }
@@ -56,6 +60,8 @@ impl PartitionLog {
         let log = Rc::downgrade(self);
         let signal = Rc::clone(&self.io_signal);
         glommio::spawn_local(async move {
+            // Boxed once, on the first round under `always`.
+            let mut slots = None;
             loop {
                 let woken = signal.watch.changed();
                 {
@@ -66,7 +72,12 @@ impl PartitionLog {
                     if log.has_io_work()
                         && let Some(turn) = log.try_io_turn()
                     {
-                        let round = log.run_io().await;
+                        let round = if log.config.fsync == FsyncPolicy::Always {
+                            let slots = slots.get_or_insert_with(SyncSlots::new);
+                            log.commit_rounds(slots, sync_files).await
+                        } else {
+                            log.run_io().await
+                        };
                         drop(turn);
                         if let Err(error) = round {
                             warn!(dir = %log.dir.display(), %error, "partition write failed");
@@ -105,11 +116,19 @@ impl PartitionLog {
         }
     }
 
-    /// Starts the I/O task unless it is running or there is nothing to do. Callers that
-    /// stage batches and answer later (a connection whose writer is busy with an earlier
-    /// request) kick right after staging, so the write and fsync start at once.
+    /// Starts the I/O task unless it is running or there is nothing to do; under `always`,
+    /// also wakes it while it has rounds in flight and a slot free, once enough is staged
+    /// to start an overlapping round at once. Callers that stage batches and answer later (a
+    /// connection whose writer is busy with an earlier request) kick right after staging,
+    /// so the write and fsync start at once.
     pub fn kick(self: &Rc<Self>) {
-        if !self.io_busy.get() && self.has_io_work() {
+        let wake = if self.io_busy.get() {
+            self.io_signal.accepting.get()
+                && self.state.borrow().pending.len() >= OVERLAP_MIN_PENDING_BYTES
+        } else {
+            self.has_io_work()
+        };
+        if wake {
             self.io_signal.watch.notify_all();
         }
     }
@@ -124,7 +143,8 @@ impl PartitionLog {
             || (self.config.fsync == FsyncPolicy::Always && st.durable_offset < st.written_offset)
     }
 
-    /// One round of I/O: write what is pending, sync if the policy says so, roll if asked.
+    /// One round of I/O under `never` and `interval` (`always` runs [`Self::commit_rounds`]):
+    /// write what is pending, sync if the policy says so, roll if asked.
     async fn run_io(&self) -> Result<(), StorageError> {
         let sync = match self.config.fsync {
             FsyncPolicy::Always => true,
@@ -146,7 +166,7 @@ impl PartitionLog {
     }
 
     /// Hands the pending buffer to the kernel with one write.
-    async fn write_pending(&self) -> Result<(), StorageError> {
+    pub(super) async fn write_pending(&self) -> Result<(), StorageError> {
         // Never write where a pre-extension job is still zeroing (see `prealloc`).
         self.wait_prealloc(|| {
             let st = self.state.borrow();
@@ -236,6 +256,45 @@ impl PartitionLog {
         warn!(dir = %self.dir.display(), from_offset = written, ?kind, "write failed; unwritten batches rolled back");
     }
 
+    /// After a failed fdatasync under `always`, with no write in flight: cuts the active
+    /// segment back to the durable watermark (WAL truncated, index entries zeroed), so that
+    /// the next open cannot recover the batches whose sync failed. After a failed
+    /// write-back the kernel may keep their pages in the page cache, clean and readable,
+    /// and no later fdatasync reports the error again (the open-time sync included):
+    /// recovery would keep them, serve them, and acknowledge batches on top of bytes that
+    /// are not on the disk, all lost at the next power cut. Truncation drops those pages.
+    /// Best effort: the partition is fenced either way. (Under `interval` and `never` the
+    /// written batches were acknowledged already, and stay.)
+    pub(super) async fn cut_to_durable(&self) {
+        if self.config.fsync != FsyncPolicy::Always {
+            return;
+        }
+        self.wait_prealloc(|| u64::MAX).await;
+        let (wal, position) = {
+            let mut st = self.state.borrow_mut();
+            let durable = st.durable_offset;
+            let active = st.segments.active_mut();
+            let index = &mut active.index;
+            let keep = index.entries_below(durable);
+            let position = if keep < index.len() {
+                u64::from(index.get(keep).position)
+            } else {
+                index.last().map_or(0, |e| e.end_position())
+            };
+            index.truncate(keep);
+            let Some(writer) = active.writer.as_ref() else {
+                return;
+            };
+            (Rc::clone(&writer.wal), position)
+        };
+        if let Err(error) = wal.truncate(position).await {
+            warn!(dir = %self.dir.display(), %error, "could not cut the batches whose sync failed");
+            return;
+        }
+        self.prealloc_cut(position);
+        warn!(dir = %self.dir.display(), wal_bytes = position, "cut back to the durable watermark");
+    }
+
     /// fdatasyncs the active `.wal` and `.idx` together, covering everything written.
     async fn sync_written(&self) -> Result<(), StorageError> {
         let (target, writer_wal, writer_idx) = {
@@ -251,13 +310,14 @@ impl PartitionLog {
         let (wal, idx) =
             futures_lite::future::zip(writer_wal.fdatasync(), writer_idx.fdatasync()).await;
         crate::metrics::io::record_fsync(started.elapsed(), wal.is_ok() && idx.is_ok());
-        let mut st = self.state.borrow_mut();
         if let Err(e) = wal.and(idx) {
             let reason = format!("fdatasync failed: {e}");
             warn!(dir = %self.dir.display(), %reason, "partition fenced");
-            st.fence(reason.clone());
+            self.state.borrow_mut().fence(reason.clone());
+            self.cut_to_durable().await;
             return Err(StorageError::Fenced { reason });
         }
+        let mut st = self.state.borrow_mut();
         st.durable_offset = st.durable_offset.max(target);
         st.assert_watermarks();
         self.bump(|s| s.syncs += 1);
@@ -265,8 +325,9 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Seals the active segment and starts a new one. Runs inside the I/O task.
-    async fn roll(&self) -> Result<(), StorageError> {
+    /// Seals the active segment and starts a new one. Runs inside the I/O task, with no
+    /// round in flight.
+    pub(super) async fn roll(&self) -> Result<(), StorageError> {
         // Staging waits while the log is `Rolling` (and is refused once it is `Closing`),
         // so after this flush the active segment is complete.
         self.write_pending().await?;
@@ -290,7 +351,14 @@ impl PartitionLog {
             self.state.borrow_mut().segments.active_mut().seal();
         }
         let created = match sealed {
-            Ok(()) => match Segment::create(&self.dir, base, self.config.index_entries).await {
+            Ok(()) => match Segment::create(
+                &self.dir,
+                base,
+                self.config.index_entries,
+                self.config.sync_slots(),
+            )
+            .await
+            {
                 Ok(created) => self.sync_dir().await.map(|()| created),
                 Err(e) => Err(e),
             },

@@ -9,8 +9,11 @@
 //! I/O task at a time (spawned on demand, never owned by an appender, so a client that
 //! disconnects mid-flush cannot cancel it) writes the whole pending buffer with one
 //! io_uring write and, under `fsync = always`, one `fdatasync` of the `.wal` and one of the
-//! `.idx` issued together. Everything staged while that I/O is in flight rides on the next
-//! round, so N concurrent producers share each fsync.
+//! `.idx` issued together. Under `always`, once enough is staged while a round's fdatasync
+//! is in flight, it starts the next round at once, up to [`rounds::ROUNDS_IN_FLIGHT_MAX`] in flight,
+//! and results are applied in issue order ([`rounds`]); otherwise everything staged while a
+//! round is in flight rides on the next one. Either way N concurrent producers share
+//! fsyncs.
 //!
 //! # Watermarks
 //!
@@ -31,14 +34,15 @@
 //!
 //! A log is `Open`, `Rolling` (staging waits for a new segment), `Closing` (staging is
 //! refused; close settles what was staged), `Closed` or `Fenced`; see [`state::Lifecycle`].
-//! The one I/O round in flight (the I/O task's, or an explicit sync or close) is marked by
-//! an `IoTurn`, which clears itself however the round ends.
+//! Who may write the files (the I/O task while it has rounds to run, or an explicit sync or
+//! close) is marked by an `IoTurn`, which clears itself however the rounds end.
 //!
 //! # Files
 //!
 //! - this file: the log's types, opening, and what it reports;
 //! - [`stage`]: validating and staging batches, and waiting for their commit;
 //! - [`io`]: the I/O task (group commit, fsync, rolls, rollbacks, fencing), sync and close;
+//! - [`rounds`]: overlapping commit rounds under `always`, applied in issue order;
 //! - [`read`]: read plans and reads;
 //! - [`maintenance`]: the narrow API compaction and retention change the segments through;
 //! - [`state`] and [`segments`]: the state and segment list those keep consistent.
@@ -57,6 +61,7 @@ mod io;
 mod maintenance;
 mod prealloc;
 mod read;
+mod rounds;
 mod segments;
 mod stage;
 mod state;
@@ -65,6 +70,7 @@ mod tests;
 mod writeback;
 
 pub use read::{ReadPlan, StoredBatch, read_planned};
+pub(crate) use rounds::ROUNDS_IN_FLIGHT_MAX;
 pub(crate) use segments::SegmentList;
 
 /// Counters of one partition log's I/O, for metrics and benches.
@@ -84,6 +90,9 @@ pub struct LogStats {
     pub writes: u64,
     /// fdatasync rounds (each covers both files).
     pub syncs: u64,
+    /// Rounds whose fdatasync was issued while an earlier round's was still in flight
+    /// (`always`; see [`rounds`]).
+    pub overlapped_rounds: u64,
 }
 
 /// What a committed append reports back.

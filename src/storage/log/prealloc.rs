@@ -207,6 +207,12 @@ impl PartitionLog {
         }
     }
 
+    /// Waits until no pre-extension job is running, so a test's next fdatasync is a round's.
+    #[doc(hidden)]
+    pub async fn settle_pre_extension(&self) {
+        self.wait_prealloc(|| u64::MAX).await;
+    }
+
     /// The WAL was cut to `len` bytes (a rolled-back write, or sealing).
     pub(super) fn prealloc_cut(&self, len: u64) {
         let shared = &self.prealloc.shared;

@@ -14,14 +14,22 @@
 //! None of this makes anything durable: `sync_file_range` neither flushes the device cache
 //! nor writes metadata. The acknowledgement rules do not change, and `always` (which
 //! fdatasyncs every round) does not use it.
+//!
+//! The job opens the WAL by path (checked to be the segment's file), never a `dup` of the
+//! writer's descriptor: the kernel reports a write-back error once per open file
+//! description, and a `sync_file_range` wait that took it on the writer's description
+//! would leave the next `fdatasync` there (the `interval` sync, the seal at a roll)
+//! reporting success over lost pages.
 
 use std::cell::Cell;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 
 use tracing::warn;
 
 use super::PartitionLog;
+use crate::storage::segment::{self, wal_path};
 
 /// Written bytes per write-out window.
 pub(crate) const WINDOW_BYTES: u64 = 8 << 20;
@@ -53,10 +61,10 @@ impl PartitionLog {
     /// the next window's write-out if a whole window is waiting and no job is running.
     pub(super) fn write_back(&self, written_to: u64) {
         let wb = &self.writeback;
-        let (base, fd) = {
+        let (base, file_id) = {
             let st = self.state.borrow();
             let active = st.segments.active();
-            (active.base_offset, st.active_writer().wal.as_raw_fd())
+            (active.base_offset, active.file_id)
         };
         if wb.segment_base.get() != base || written_to < wb.started_to.get() {
             // A new segment (a roll), or the file was cut: start counting from here.
@@ -69,15 +77,7 @@ impl PartitionLog {
         if written_to - from < WINDOW_BYTES || wb.running.get() {
             return;
         }
-        // SAFETY: `fd` is the active WAL's descriptor, open for as long as the state
-        // borrowed above holds its writer; it is duplicated here, before anything can drop it.
-        let owned = match unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned() {
-            Ok(owned) => owned,
-            Err(error) => {
-                warn!(dir = %self.dir.display(), %error, "write-back skipped: no descriptor");
-                return;
-            }
-        };
+        let wal = wal_path(&self.dir, base);
         let previous = (wb.last_window_from.get(), from);
         wb.last_window_from.set(from);
         wb.started_to.set(written_to);
@@ -85,8 +85,13 @@ impl PartitionLog {
         wb.running.set(true);
         let running = Rc::clone(&wb.running);
         let dir = self.dir.clone();
-        let job = glommio::executor()
-            .spawn_blocking(move || write_out(&owned, previous, (from, written_to)));
+        let job = glommio::executor().spawn_blocking(move || {
+            let file = File::open(&wal)?;
+            if segment::file_id(&file)? != file_id {
+                return Err(std::io::Error::other("the segment file was replaced"));
+            }
+            write_out(&file, previous, (from, written_to))
+        });
         glommio::spawn_local(async move {
             if let Err(error) = job.await {
                 // Advisory only: a real I/O error surfaces at the next fdatasync or close.
@@ -100,7 +105,7 @@ impl PartitionLog {
 
 /// Waits until the window `previous` is on disk (written back, not flushed), then starts
 /// the write-out of `window`. Runs on the blocking pool.
-fn write_out(fd: &OwnedFd, previous: (u64, u64), window: (u64, u64)) -> std::io::Result<()> {
+fn write_out(fd: &File, previous: (u64, u64), window: (u64, u64)) -> std::io::Result<()> {
     use nix::libc::{
         SYNC_FILE_RANGE_WAIT_AFTER, SYNC_FILE_RANGE_WAIT_BEFORE, SYNC_FILE_RANGE_WRITE,
     };
@@ -114,7 +119,7 @@ fn write_out(fd: &OwnedFd, previous: (u64, u64), window: (u64, u64)) -> std::io:
     sync_file_range(fd, window, SYNC_FILE_RANGE_WRITE)
 }
 
-fn sync_file_range(fd: &OwnedFd, (from, to): (u64, u64), flags: u32) -> std::io::Result<()> {
+fn sync_file_range(fd: &File, (from, to): (u64, u64), flags: u32) -> std::io::Result<()> {
     let (Ok(offset), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
         return Err(std::io::Error::other("write-back range beyond i64"));
     };

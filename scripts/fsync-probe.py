@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""fdatasync concurrency probe: does this disk complete overlapping fdatasyncs faster
+than one after the other?
+
+It mimics a partition's commit rounds under `--fsync always`: one pre-zeroed, fdatasynced
+file (like a pre-extended `.wal`, so no round commits the ext4 journal), and C threads,
+each with its own open file description (like the per-slot descriptors of overlapping
+rounds), each looping `pwrite(BYTES)` at the next free position, then `fdatasync`. C = 1
+is today's one round in flight. If C = 2 completes about twice the syncs per second at
+about the same latency, the device runs flushes in parallel; if the rate stays and the
+latency doubles, flushes are serialised and overlapping rounds can only save the gap
+between one flush and the next (write, wake-ups, data write-back), which the last column
+estimates: `rate(C) / rate(1)`.
+
+Usage: scripts/fsync-probe.py [--dir DIR] [--seconds S] [--bytes N] [--concurrency 1,2,3,4]
+DIR must be on the disk under test (not tmpfs); default: the current directory.
+"""
+
+import argparse
+import os
+import tempfile
+import threading
+import time
+
+ZEROED_BYTES = 64 << 20
+
+
+def percentile(sorted_values, p):
+    if not sorted_values:
+        return float("nan")
+    i = min(len(sorted_values) - 1, int(p / 100.0 * len(sorted_values)))
+    return sorted_values[i]
+
+
+def run(path, concurrency, seconds, nbytes):
+    lock = threading.Lock()
+    position = [0]
+    latencies = []
+    stop_at = time.monotonic() + seconds
+    data = b"\x01" * nbytes
+
+    def worker():
+        fd = os.open(path, os.O_WRONLY)
+        mine = []
+        try:
+            while time.monotonic() < stop_at:
+                with lock:
+                    at = position[0]
+                    position[0] = (at + nbytes) % (ZEROED_BYTES - nbytes)
+                started = time.perf_counter()
+                os.pwrite(fd, data, at)
+                os.fdatasync(fd)
+                mine.append(time.perf_counter() - started)
+        finally:
+            os.close(fd)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    began = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - began
+    latencies.sort()
+    return len(latencies) / elapsed, latencies
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", default=".")
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--bytes", type=int, default=10_000)
+    parser.add_argument("--concurrency", default="1,2,3,4")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="fsync-probe.") as tmp:
+        path = os.path.join(tmp, "probe.wal")
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+        chunk = b"\x00" * (1 << 20)
+        for i in range(ZEROED_BYTES >> 20):
+            os.pwrite(fd, chunk, i << 20)
+        os.fsync(fd)
+        os.close(fd)
+        print(f"fdatasync probe: {args.bytes} B per write, pre-zeroed file in {args.dir}, "
+              f"{args.seconds:g} s per row")
+        print(f"{'in flight':>9} {'syncs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'x rate(1)':>10}")
+        base = None
+        for c in [int(x) for x in args.concurrency.split(",")]:
+            rate, lat = run(path, c, args.seconds, args.bytes)
+            base = base or rate
+            print(f"{c:>9} {rate:>9.0f} {percentile(lat, 50) * 1e3:>8.2f} "
+                  f"{percentile(lat, 99) * 1e3:>8.2f} {lat[-1] * 1e3 if lat else 0:>8.2f} "
+                  f"{rate / base:>10.2f}")
+
+
+if __name__ == "__main__":
+    main()
