@@ -11,7 +11,8 @@
 # Workloads (as bench.sh c and d): one 100 B message in flight under fsync always and
 # never; 10 producers, 4 partitions, batches of 100 x 100 B, open loop at RATE msg/s under
 # always (bench.sh uses half of its measured max; give that figure as RATE). With 2 CPUs,
-# pinning leaves the broker one CPU: both rows matter. See docs/LATENCY.md.
+# pinning leaves the broker one CPU: both rows matter. Each row also gives the CPU time per
+# message of the broker and of the bench client. See docs/LATENCY.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QUICK=${QUICK:-0}
@@ -50,10 +51,20 @@ run() { # config, policy, label, bench args...
   BROKER=$!
   for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.05; done
   echo ">> $config $label: pagurus bench $*" >&2
-  "${client_pin[@]}" timeout $((DURATION + 60)) "$BIN" bench --broker 127.0.0.1:$PORT --json --quiet \
+  # CPU time of each side over the run (warm-up included, like messages_total): the
+  # broker's from /proc (all its threads, io-wq workers included), the client's from time(1).
+  local timer=() broker_ticks
+  [ -x /usr/bin/time ] && timer=(/usr/bin/time -f "%U %S" -o "$OUT/$config-$label.client-cpu")
+  broker_ticks=$(cpu_ticks "$BROKER")
+  "${timer[@]}" "${client_pin[@]}" timeout $((DURATION + 60)) "$BIN" bench --broker 127.0.0.1:$PORT --json --quiet \
     --out "$OUT" --label "$config-$label" --duration "$DURATION" --warmup 1 --topic-prefix "$label" "$@" \
     >"$OUT/$config-$label.json"
+  echo $(($(cpu_ticks "$BROKER") - broker_ticks)) >"$OUT/$config-$label.broker-ticks"
   kill -TERM "$BROKER"; wait "$BROKER" || true; BROKER=""
+}
+
+cpu_ticks() { # user + system clock ticks of a process, all its threads
+  awk '{print $14 + $15}' "/proc/$1/stat"
 }
 
 for config in "${CONFIGS[@]}"; do
@@ -63,18 +74,25 @@ for config in "${CONFIGS[@]}"; do
     --batch 100 --in-flight 8 --rate "$RATE"
 done
 
-python3 - "$OUT" "$BROKER_CPUS" "$CLIENT_CPUS" "${CONFIGS[@]}" <<'PY' | tee "$OUT/summary.md"
-import json, sys
-out, bcpus, ccpus, configs = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
-print(f"pinned = broker on CPUs {bcpus}, bench client on CPUs {ccpus} (taskset). Latencies in us.")
+python3 - "$OUT" "$BROKER_CPUS" "$CLIENT_CPUS" "$(getconf CLK_TCK)" "${CONFIGS[@]}" <<'PY' | tee "$OUT/summary.md"
+import json, os, sys
+out, bcpus, ccpus, tck, configs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5:]
+print(f"pinned = broker on CPUs {bcpus}, bench client on CPUs {ccpus} (taskset). Latencies in us;")
+print("CPU: microseconds of CPU time per produced message, broker (all threads) / bench client.")
 print()
-print("| config | workload | produce msg/s | ack p50 / p90 / p99 / p99.9 / max | e2e p50 / p99 / max |")
-print("|---|---|---|---|---|")
+print("| config | workload | produce msg/s | ack p50 / p90 / p99 / p99.9 / max | e2e p50 / p99 / max | CPU us/msg broker / client |")
+print("|---|---|---|---|---|---|")
 for config in configs:
     for label in ("one-always", "one-never", "half-always"):
-        r = json.load(open(f"{out}/{config}-{label}.json"))
+        base = f"{out}/{config}-{label}"
+        r = json.load(open(f"{base}.json"))
         p, a, e = r["produce"], r["produce"]["ack_latency_us"], r["end_to_end_latency_us"]
         lat = lambda h, keys: " / ".join(f"{h[k]:,.0f}" for k in keys)
+        n = max(p["messages_total"], 1)
+        broker_us = int(open(f"{base}.broker-ticks").read()) / tck * 1e6 / n
+        client = f"{base}.client-cpu"
+        client_us = (f"{sum(map(float, open(client).read().split())) * 1e6 / n:,.1f}"
+                     if os.path.exists(client) else "-")
         print(f"| {config} | {label} | {p['msgs_per_s']:,.0f} | {lat(a, ['p50', 'p90', 'p99', 'p999', 'max'])} "
-              f"| {lat(e, ['p50', 'p99', 'max'])} |")
+              f"| {lat(e, ['p50', 'p99', 'max'])} | {broker_us:,.1f} / {client_us} |")
 PY
