@@ -71,6 +71,39 @@ fn a_running_task_queue_is_told_to_yield_turn_after_turn() {
     worker.join().expect("the worker thread");
 }
 
+/// A parked executor arms the latency ring with its next user timer (here a minute away)
+/// instead of a preempt timer. Woken early by something else (a blocking-pool job), it must
+/// not take that timer for a fresh preempt timer and keep it: the next task queue would run
+/// for a minute without being told to yield.
+#[test]
+fn a_user_timer_armed_while_parked_is_not_kept_as_the_preempt_timer() {
+    const TURNS: usize = 5;
+    let (done, wait_done) = mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let executor = LocalExecutorBuilder::default()
+            .preempt_timer(Duration::from_millis(100))
+            .make()
+            .expect("an executor");
+        executor.run(async {
+            glommio::spawn_local(glommio::timer::sleep(Duration::from_secs(60))).detach();
+            for _ in 0..TURNS {
+                glommio::executor()
+                    .spawn_blocking(|| std::thread::sleep(Duration::from_millis(2)))
+                    .await;
+                while !glommio::executor().need_preempt() {
+                    std::hint::spin_loop();
+                }
+                glommio::yield_if_needed().await;
+            }
+        });
+        done.send(()).expect("the test waits");
+    });
+    wait_done
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the task queue was not told to yield: a user timer served as preempt timer");
+    worker.join().expect("the worker thread");
+}
+
 #[test]
 fn an_idle_executor_sleeps_instead_of_spinning() {
     let worker = std::thread::spawn(|| {

@@ -1874,6 +1874,8 @@ impl Reactor {
             if let Some(dur) = user_timer {
                 self.latency_preemption_timeout_src
                     .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                // pagurus: this one is the user timer, never to be kept as a preempt timer.
+                self.latency_preemption_armed_at.set(None);
                 assert!(flush_rings!(lat_ring)? > 0);
             }
             // From this moment on the remote executors are aware that we are sleeping
