@@ -18,57 +18,72 @@ use std::time::Duration;
 
 use glommio::LocalExecutorBuilder;
 
-#[test]
-fn runnable_work_is_run_even_when_the_preempt_timer_has_fired() {
-    const RUNS: usize = 1_000;
+/// Runs `work` on an executor of its own thread with the given preempt timer, and fails with
+/// `stuck` if it does not finish within `bound` (a parked or never-preempted executor hangs).
+fn on_executor<T: Send + 'static>(
+    preempt: Duration,
+    bound: Duration,
+    stuck: &str,
+    work: impl FnOnce(&glommio::LocalExecutor) -> T + Send + 'static,
+) -> T {
     let (done, wait_done) = mpsc::channel();
     let worker = std::thread::spawn(move || {
         let executor = LocalExecutorBuilder::default()
-            .preempt_timer(Duration::from_nanos(1))
+            .preempt_timer(preempt)
             .make()
             .expect("an executor");
-        for run in 0..RUNS {
-            let answer = executor.run(async move { run * 2 });
-            assert_eq!(answer, run * 2);
-        }
-        done.send(()).expect("the test waits");
+        done.send(work(&executor)).expect("the test waits");
     });
-    // Each run takes microseconds; a parked executor never finishes.
-    wait_done
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the executor parked with a runnable task and made no progress");
+    let answer = wait_done.recv_timeout(bound).expect(stuck);
     worker.join().expect("the worker thread");
+    answer
+}
+
+/// Busy until the preempt timer fires, then yields.
+async fn spin_until_told_to_yield() {
+    while !glommio::executor().need_preempt() {
+        std::hint::spin_loop();
+    }
+    glommio::yield_if_needed().await;
+}
+
+#[test]
+fn runnable_work_is_run_even_when_the_preempt_timer_has_fired() {
+    const RUNS: usize = 1_000;
+    // Each run takes microseconds; a parked executor never finishes.
+    let runs = on_executor(
+        Duration::from_nanos(1),
+        Duration::from_secs(30),
+        "the executor parked with a runnable task and made no progress",
+        |executor| {
+            (0..RUNS)
+                .filter(|&run| executor.run(async move { run * 2 }) == run * 2)
+                .count()
+        },
+    );
+    assert_eq!(runs, RUNS);
 }
 
 #[test]
 fn a_running_task_queue_is_told_to_yield_turn_after_turn() {
     const TURNS: usize = 200;
-    let (done, wait_done) = mpsc::channel();
-    let worker = std::thread::spawn(move || {
-        let executor = LocalExecutorBuilder::default()
-            .preempt_timer(Duration::from_millis(1))
-            .make()
-            .expect("an executor");
-        let turns = executor.run(async {
-            let mut turns = 0;
-            for _ in 0..TURNS {
-                // Busy until the preempt timer fires; a timer never re-armed after it
-                // fired (or never armed) leaves this loop spinning forever.
-                while !glommio::executor().need_preempt() {
-                    std::hint::spin_loop();
+    // A timer never re-armed after it fired (or never armed) leaves a turn spinning forever.
+    let turns = on_executor(
+        Duration::from_millis(1),
+        Duration::from_secs(60),
+        "a running task queue was never told to yield",
+        |executor| {
+            executor.run(async {
+                let mut turns = 0;
+                for _ in 0..TURNS {
+                    spin_until_told_to_yield().await;
+                    turns += 1;
                 }
-                glommio::yield_if_needed().await;
-                turns += 1;
-            }
-            turns
-        });
-        done.send(turns).expect("the test waits");
-    });
-    let turns = wait_done
-        .recv_timeout(Duration::from_secs(60))
-        .expect("a running task queue was never told to yield");
+                turns
+            })
+        },
+    );
     assert_eq!(turns, TURNS);
-    worker.join().expect("the worker thread");
 }
 
 /// A parked executor arms the latency ring with its next user timer (here a minute away)
@@ -78,30 +93,26 @@ fn a_running_task_queue_is_told_to_yield_turn_after_turn() {
 #[test]
 fn a_user_timer_armed_while_parked_is_not_kept_as_the_preempt_timer() {
     const TURNS: usize = 5;
-    let (done, wait_done) = mpsc::channel();
-    let worker = std::thread::spawn(move || {
-        let executor = LocalExecutorBuilder::default()
-            .preempt_timer(Duration::from_millis(100))
-            .make()
-            .expect("an executor");
-        executor.run(async {
-            glommio::spawn_local(glommio::timer::sleep(Duration::from_secs(60))).detach();
-            for _ in 0..TURNS {
-                glommio::executor()
-                    .spawn_blocking(|| std::thread::sleep(Duration::from_millis(2)))
-                    .await;
-                while !glommio::executor().need_preempt() {
-                    std::hint::spin_loop();
+    let turns = on_executor(
+        Duration::from_millis(100),
+        Duration::from_secs(30),
+        "the task queue was not told to yield: a user timer served as preempt timer",
+        |executor| {
+            executor.run(async {
+                glommio::spawn_local(glommio::timer::sleep(Duration::from_secs(60))).detach();
+                let mut turns = 0;
+                for _ in 0..TURNS {
+                    glommio::executor()
+                        .spawn_blocking(|| std::thread::sleep(Duration::from_millis(2)))
+                        .await;
+                    spin_until_told_to_yield().await;
+                    turns += 1;
                 }
-                glommio::yield_if_needed().await;
-            }
-        });
-        done.send(()).expect("the test waits");
-    });
-    wait_done
-        .recv_timeout(Duration::from_secs(30))
-        .expect("the task queue was not told to yield: a user timer served as preempt timer");
-    worker.join().expect("the worker thread");
+                turns
+            })
+        },
+    );
+    assert_eq!(turns, TURNS);
 }
 
 #[test]
