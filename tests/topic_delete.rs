@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::Broker;
 use pagurus::protocol::hermit;
-use pagurus::protocol::native::{ErrorCode, TopicSettings};
+use pagurus::protocol::native::{ErrorCode, OffsetSpec, TopicSettings};
 use pagurus::protocol::record::encode_batch;
 
 const TOPIC: &str = "orders";
@@ -173,6 +173,17 @@ fn delete_wins_over_running_clients_and_takes_group_offsets() {
     // None of them made it again, and the groups' offsets went with it.
     let metadata = admin.metadata(&[TOPIC]).unwrap();
     assert_eq!(metadata.topics[0].error, ErrorCode::UnknownTopic as u16);
+    // A read of the old name, even from a connection that never used it (as a group member
+    // placing itself after a rebalance, or a fetch that raced the deletion to the owner),
+    // is told the topic was deleted.
+    for partition in 0..3 {
+        let refused = broker
+            .client()
+            .list_offsets(TOPIC, partition, OffsetSpec::Earliest)
+            .unwrap_err();
+        assert_eq!(refused.code(), Some(ErrorCode::UnknownTopic), "{refused}");
+        assert!(refused.to_string().contains("was deleted"), "{refused}");
+    }
     assert_eq!(committed(&mut admin, "g1", 0), None);
     assert_eq!(committed(&mut admin, "g2", 2), None);
     for group in ["g1", "g2"] {

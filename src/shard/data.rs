@@ -250,9 +250,10 @@ impl Shard {
         let mut states = self.route(owner, call).await?;
         match states.pop().flatten() {
             Some(state) => Ok(state),
-            None => Err(self.owned_log(topic, partition).err().unwrap_or_else(|| {
-                Failure::new(ErrorCode::UnknownTopic, format!("unknown topic {topic}"))
-            })),
+            None => Err(self
+                .owned_log(topic, partition)
+                .err()
+                .unwrap_or_else(|| self.unknown_topic(topic))),
         }
     }
 

@@ -366,6 +366,18 @@ impl Shard {
         replies
     }
 
+    /// `UnknownTopic` for a name this core has no topic of; it says "was deleted" when this
+    /// core deleted one of that name, which a client that used the topic (a fetch racing
+    /// the deletion on its way to the owner, say) is better told.
+    pub(crate) fn unknown_topic(&self, topic: &str) -> Failure {
+        let message = if self.deleted_topics.remembers(topic) {
+            format!("topic {topic} was deleted")
+        } else {
+            format!("unknown topic {topic}")
+        };
+        Failure::new(ErrorCode::UnknownTopic, message)
+    }
+
     pub(crate) fn owned_log(
         &self,
         topic: &str,
@@ -375,7 +387,7 @@ impl Shard {
             return Ok(log);
         }
         Err(match self.topic(topic) {
-            None => Failure::new(ErrorCode::UnknownTopic, format!("unknown topic {topic}")),
+            None => self.unknown_topic(topic),
             Some(meta) if partition >= meta.partitions => Failure::new(
                 ErrorCode::UnknownPartition,
                 format!(

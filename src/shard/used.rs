@@ -67,6 +67,11 @@ impl DeletedTopics {
         names.insert(name.to_string(), number);
     }
 
+    /// True if this core remembers deleting a topic named `name`.
+    pub fn remembers(&self, name: &str) -> bool {
+        self.names.borrow().contains_key(name)
+    }
+
     /// True if `name` was deleted after deletion number `since`.
     fn deleted_after(&self, name: &str, since: u64) -> bool {
         self.last.get() > since && self.names.borrow().get(name).is_some_and(|n| *n > since)

@@ -373,7 +373,7 @@ async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Pend
             topic,
             partition,
             spec,
-        } => offsets::list(shard, tag, topic, partition, spec),
+        } => offsets::list(shard, used, tag, topic, partition, spec),
         Request::CreateTopic { name, settings } => {
             used.forget(shard, name);
             topics::create(shard, tag, name, settings)

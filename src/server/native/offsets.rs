@@ -9,13 +9,18 @@ use crate::shard::{Failure, Shard};
 
 pub(super) fn list(
     shard: &Rc<Shard>,
+    used: &Rc<UsedTopics>,
     tag: Tag,
     topic: &[u8],
     partition: u32,
     spec: OffsetSpec,
 ) -> Pending {
     let topic = topic.to_vec();
+    let used = Rc::clone(used);
     later(shard, tag, async move |shard: Rc<Shard>| {
+        // A consumer that read a topic deleted since (a group member placing itself after
+        // a rebalance) is told so, as its fetches are, not just "unknown topic".
+        used.check(&shard, &topic)?;
         let offset = shard.list_offsets(&topic, partition, spec).await?;
         let mut out = Vec::new();
         native::encode_offset_response(&mut out, tag.1, offset);
