@@ -12,7 +12,15 @@ latency doubles, flushes are serialised and overlapping rounds can only save the
 between one flush and the next (write, wake-ups, data write-back), which the last column
 estimates: `rate(C) / rate(1)`.
 
+With --partitions P1,P2,... it measures instead the floor of a commit round under
+`--fsync always`: P partitions at once, each looping one round after the other (BYTES into
+its own pre-zeroed `.wal`, one 32-byte entry into its `.idx`, both fdatasynced at once, as
+`storage::log::io` does), and prints the round's latency percentiles and the share of
+rounds over 5 and 10 ms. No broker can acknowledge under `always` faster than this disk
+completes such rounds; compare it with bench.sh (d)'s ack latency.
+
 Usage: scripts/fsync-probe.py [--dir DIR] [--seconds S] [--bytes N] [--concurrency 1,2,3,4]
+       scripts/fsync-probe.py [--dir DIR] [--seconds S] [--bytes N] --partitions 1,4
 DIR must be on the disk under test (not tmpfs); default: the current directory.
 """
 
@@ -67,13 +75,95 @@ def run(path, concurrency, seconds, nbytes):
     return len(latencies) / elapsed, latencies
 
 
+def zeroed_file(path, nbytes):
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o644)
+    chunk = b"\x00" * (1 << 20)
+    for i in range(nbytes >> 20):
+        os.pwrite(fd, chunk, i << 20)
+    os.fsync(fd)
+    return fd
+
+
+def rounds(tmp, partitions, seconds, nbytes):
+    """Commit rounds of `partitions` partitions at once: round latencies, sorted."""
+    lock = threading.Lock()
+    latencies = []
+    stop_at = time.monotonic() + seconds
+    data, entry = b"\x01" * nbytes, b"\x02" * 32
+
+    def partition(i):
+        wal = zeroed_file(os.path.join(tmp, f"{i}.wal"), ZEROED_BYTES)
+        idx = zeroed_file(os.path.join(tmp, f"{i}.idx"), 1 << 20)
+        # The .idx fdatasync runs on a helper thread of the partition's own, started
+        # once: a thread per round would add its start-up to every round.
+        go, synced, running = threading.Semaphore(0), threading.Semaphore(0), [True]
+
+        def idx_syncer():
+            while True:
+                go.acquire()
+                if not running[0]:
+                    return
+                os.fdatasync(idx)
+                synced.release()
+
+        helper = threading.Thread(target=idx_syncer)
+        helper.start()
+        mine, at, slot = [], 0, 0
+        try:
+            while time.monotonic() < stop_at:
+                started = time.perf_counter()
+                os.pwrite(wal, data, at)
+                os.pwrite(idx, entry, slot * 32)
+                go.release()
+                os.fdatasync(wal)
+                synced.acquire()
+                mine.append(time.perf_counter() - started)
+                at = (at + nbytes) % (ZEROED_BYTES - nbytes)
+                slot = (slot + 1) % ((1 << 20) // 32)
+        finally:
+            running[0] = False
+            go.release()
+            helper.join()
+            os.close(wal)
+            os.close(idx)
+        with lock:
+            latencies.extend(mine)
+
+    threads = [threading.Thread(target=partition, args=(i,)) for i in range(partitions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    latencies.sort()
+    return latencies
+
+
+def print_rounds(args):
+    print(f"commit-round probe: {args.bytes} B into .wal + 32 B into .idx, both fdatasynced, "
+          f"per round; pre-zeroed files in {args.dir}, {args.seconds:g} s per row")
+    print(f"{'partitions':>10} {'rounds/s':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
+          f"{'p99.9 ms':>9} {'max ms':>8} {'>5 ms':>7} {'>10 ms':>7}")
+    for p in [int(x) for x in args.partitions.split(",")]:
+        with tempfile.TemporaryDirectory(dir=args.dir, prefix="fsync-probe.") as tmp:
+            lat = rounds(tmp, p, args.seconds, args.bytes)
+        over = lambda ms: 100.0 * sum(1 for v in lat if v > ms / 1e3) / max(len(lat), 1)
+        print(f"{p:>10} {len(lat) / args.seconds:>9.0f} {percentile(lat, 50) * 1e3:>8.2f} "
+              f"{percentile(lat, 90) * 1e3:>8.2f} {percentile(lat, 99) * 1e3:>8.2f} "
+              f"{percentile(lat, 99.9) * 1e3:>9.2f} {lat[-1] * 1e3 if lat else 0:>8.2f} "
+              f"{over(5):>6.2f}% {over(10):>6.2f}%")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dir", default=".")
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--bytes", type=int, default=10_000)
     parser.add_argument("--concurrency", default="1,2,3,4")
+    parser.add_argument("--partitions", help="commit rounds of this many partitions at once")
     args = parser.parse_args()
+    if args.partitions:
+        print_rounds(args)
+        return
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="fsync-probe.") as tmp:
         path = os.path.join(tmp, "probe.wal")
         fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
