@@ -12,6 +12,10 @@
 //! instead of cancelling and re-arming them on every turn (vendor/README.md). The other two
 //! tests hold what that must not break: a task queue that keeps running is still told to
 //! yield, turn after turn, and an executor with nothing to do sleeps instead of spinning.
+//!
+//! Last, an executor about to park announces it with a fence instead of a `membarrier`
+//! (vendor/README.md): the last two tests hold that what another thread hands a parking
+//! executor always wakes it.
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -142,4 +146,78 @@ fn thread_cpu() -> Duration {
         .expect("getrusage");
     let micros = |t: nix::sys::time::TimeVal| t.tv_sec() as u64 * 1_000_000 + t.tv_usec() as u64;
     Duration::from_micros(micros(usage.user_time()) + micros(usage.system_time()))
+}
+
+/// An executor that parks must be woken by whatever another thread hands it while it goes
+/// to sleep. The vendored glommio pairs two SeqCst fences for that (one where the executor
+/// announces it sleeps, one where a sender checks whether to write its eventfd) instead of
+/// a `membarrier` at every park: if the pair were wrong, a message could land in the
+/// channel just after the executor's last look and it would sleep on it for ever.
+///
+/// Two executors play ping-pong across a glommio shared channel, each parking between
+/// messages, with no timer armed that could wake a forgotten sleeper: a lost wake-up
+/// hangs the test until its bound.
+#[test]
+fn a_message_from_another_executor_always_wakes_a_parked_one() {
+    const ROUND_TRIPS: u64 = 50_000;
+    use glommio::channels::shared_channel;
+    let (ping_tx, ping_rx) = shared_channel::new_bounded::<u64>(1);
+    let (pong_tx, pong_rx) = shared_channel::new_bounded::<u64>(1);
+    let (done, wait_done) = mpsc::channel();
+    let echo = std::thread::spawn(move || {
+        LocalExecutorBuilder::default()
+            .make()
+            .expect("an executor")
+            .run(async move {
+                let (rx, tx) = (ping_rx.connect().await, pong_tx.connect().await);
+                while let Some(n) = rx.recv().await {
+                    if tx.send(n + 1).await.is_err() {
+                        break;
+                    }
+                }
+            })
+    });
+    let pinger = std::thread::spawn(move || {
+        let last = LocalExecutorBuilder::default()
+            .make()
+            .expect("an executor")
+            .run(async move {
+                let (tx, rx) = (ping_tx.connect().await, pong_rx.connect().await);
+                let mut n = 0;
+                for _ in 0..ROUND_TRIPS {
+                    tx.send(n).await.expect("the echo executor runs");
+                    n = rx.recv().await.expect("the echo executor answers");
+                }
+                n
+            });
+        done.send(last).expect("the test waits");
+    });
+    let last = wait_done
+        .recv_timeout(Duration::from_secs(60))
+        .expect("an executor slept through a message sent to it: a lost wake-up");
+    assert_eq!(last, ROUND_TRIPS);
+    pinger.join().expect("the pinging thread");
+    echo.join().expect("the echo thread");
+}
+
+/// The same handshake wakes an executor parked on a job of its blocking pool (the
+/// `spawn_blocking` jobs that storage runs its syncs and renames on).
+#[test]
+fn a_blocking_pool_result_always_wakes_a_parked_executor() {
+    const JOBS: usize = 50_000;
+    let jobs = on_executor(
+        Duration::from_millis(100),
+        Duration::from_secs(60),
+        "the executor slept through a finished blocking-pool job: a lost wake-up",
+        |executor| {
+            executor.run(async {
+                let mut jobs = 0;
+                for _ in 0..JOBS {
+                    jobs += glommio::executor().spawn_blocking(|| 1).await;
+                }
+                jobs
+            })
+        },
+    );
+    assert_eq!(jobs, JOBS);
 }

@@ -14,7 +14,10 @@ use std::{
     net::{Shutdown, TcpStream},
     os::unix::io::{AsRawFd, FromRawFd, RawFd},
     rc::Rc,
-    sync::{atomic::Ordering, Arc, RwLock},
+    sync::{
+        atomic::{self, Ordering},
+        Arc, RwLock,
+    },
     task::Waker,
     time::Duration,
 };
@@ -306,6 +309,13 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
+        // pagurus: the sender's half of the sleep handshake. What the caller queued
+        // (channel item, waker, blocking-pool result) is stored before this fence and
+        // `should_notify` is read after it; `prepare_to_sleep` fences between its store
+        // and its sweep of the queues. Of two SeqCst fences one is ordered first, so
+        // either this read sees the sleeper's flag (and writes the eventfd) or the
+        // sleeper's sweep sees what was queued (and does not sleep).
+        atomic::fence(Ordering::SeqCst);
         if self
             .should_notify
             .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)
@@ -344,6 +354,10 @@ impl SleepNotifier {
         // for the placeholder (disconnected) case.
         assert_ne!(self.id, usize::MAX);
         self.should_notify.store(true, Ordering::Relaxed);
+        // pagurus: the sleeper's half of the handshake (see `notify`); it replaces
+        // glommio's `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which interrupted
+        // every CPU running a thread of the process, at every park.
+        atomic::fence(Ordering::SeqCst);
     }
 
     pub(super) fn wake_up(&self) {
