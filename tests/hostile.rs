@@ -249,6 +249,7 @@ fn topic_creation_in_a_loop_is_bounded() {
     let mut client = broker.client();
     let batch = encode_batch(0, b"", b"x", 1);
     let mut refused = 0u64;
+    let started = Instant::now();
     for i in 0..300 {
         let name = format!("loop-{i}");
         let result = match i % 3 {
@@ -267,6 +268,14 @@ fn topic_creation_in_a_loop_is_bounded() {
         }
     }
     assert_eq!(refused, 280);
+    // Each refusal is counted, but the log keeps its 50 warnings a second per place in the
+    // code (`cli::log_limit`): a loop of bad requests cannot fill the disk with it.
+    let windows = started.elapsed().as_secs() + 2;
+    let logged = broker.log_text().matches("topic limit reached").count() as u64;
+    assert!(
+        logged <= 50 * windows,
+        "{logged} lines in {windows} windows"
+    );
     let topics = client.metadata(&[]).unwrap().topics;
     assert_eq!(topics.len(), 20);
 
@@ -288,6 +297,21 @@ fn topic_creation_in_a_loop_is_bounded() {
         "descriptors grew from {fds_before} to {fds_after}"
     );
     drop(client);
+    // What the limit dropped is reported, with where it comes from.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !broker.log_text().contains("log lines dropped") {
+        assert!(
+            Instant::now() < deadline,
+            "the dropped lines were never reported"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let report = broker.log_text();
+    let report = report
+        .lines()
+        .find(|line| line.contains("log lines dropped") && line.contains("shard/admin.rs"))
+        .expect("the topic-limit lines reported");
+    assert!(report.contains("dropped="), "{report}");
     let counted = counters(&mut broker);
     assert!(counted["topic_limit_hits"] >= refused, "{counted:?}");
 }

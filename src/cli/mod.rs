@@ -6,6 +6,7 @@ mod consume;
 mod consume_group;
 mod format;
 mod groups;
+mod log_limit;
 mod produce;
 mod profile;
 mod serve;
@@ -175,7 +176,8 @@ fn value_source(matches: &ArgMatches, id: &str) -> Option<clap::parser::ValueSou
 
 /// Logs go to stderr: `RUST_LOG`, when set, overrides `--log-level`. Human logs are
 /// colored only on a terminal, so files and the journal get plain text; JSON logs are one
-/// object per line, with the thread (`pagurus-N` is core N) in each.
+/// object per line, with the thread (`pagurus-N` is core N) in each. No place in the code
+/// writes more than a few lines a second (`log_limit`).
 fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;
@@ -187,14 +189,27 @@ fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
         Some((Err(e), f)) => (level_filter, Some((f, e))),
         None => (level_filter, None),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let limit = log_limit::LogLimit::default();
+    let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_thread_names(true);
+    let registry = tracing_subscriber::registry().with(filter);
     match format {
-        LogFormat::Human => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Human => registry
+            .with(
+                lines
+                    .with_ansi(std::io::stderr().is_terminal())
+                    .with_filter(limit.clone()),
+            )
+            .init(),
+        LogFormat::Json => registry
+            .with(lines.json().with_filter(limit.clone()))
+            .init(),
     }
+    limit.report_dropped();
     if let Some((value, error)) = bad_rust_log {
         tracing::warn!(rust_log = %value, %error, "RUST_LOG is not a valid filter; using --log-level");
     }
