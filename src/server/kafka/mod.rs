@@ -30,7 +30,7 @@ use crate::protocol::kafka::RequestHeader;
 use crate::protocol::kafka::apis::{self, ApiError, KafkaRequest};
 use crate::protocol::kafka::frame::{self, FrameError};
 use crate::protocol::kafka::header::HeaderPrefix;
-use crate::server::io::{RequestDeadline, flush, read_some};
+use crate::server::io::{RequestDeadline, flush, next_answer, read_some};
 use crate::shard::Shard;
 use crate::shard::used::UsedTopics;
 
@@ -326,16 +326,8 @@ async fn writer_loop(
 ) -> io::Result<()> {
     let mut out = Vec::new();
     loop {
-        let pending = match poll_once(rx.recv()).await {
-            Some(Some(pending)) => pending,
-            Some(None) => break,
-            None => {
-                flush(&stream, &mut out).await?;
-                match rx.recv().await {
-                    Some(pending) => pending,
-                    None => break,
-                }
-            }
+        let Some(pending) = next_answer(&rx, &stream, &mut out).await? else {
+            break;
         };
         let reply = match pending {
             Pending::Ready(reply) => reply,

@@ -22,7 +22,6 @@ use std::rc::Rc;
 
 use bytes::{Buf, BytesMut};
 use futures_lite::FutureExt;
-use futures_lite::future::poll_once;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
@@ -30,7 +29,7 @@ use tracing::{debug, warn};
 use crate::metrics::counters::Metrics;
 use crate::metrics::requests::RequestKind;
 use crate::protocol::native::{self, ApiKey, ErrorCode, FrameCheck, Request, encode_error};
-use crate::server::io::{RequestDeadline, flush, read_exact, read_some, write_all};
+use crate::server::io::{RequestDeadline, flush, next_answer, read_exact, read_some, write_all};
 use crate::shard::calls::Fetch;
 use crate::shard::data::ProduceInFlight;
 use crate::shard::used::UsedTopics;
@@ -457,16 +456,8 @@ async fn writer_loop(
     // Grows with the first answers; a connection that never asks anything holds none.
     let mut out = Vec::new();
     loop {
-        let pending = match poll_once(rx.recv()).await {
-            Some(Some(pending)) => pending,
-            Some(None) => break,
-            None => {
-                flush(&stream, &mut out).await?;
-                match rx.recv().await {
-                    Some(pending) => pending,
-                    None => break,
-                }
-            }
+        let Some(pending) = next_answer(&rx, &stream, &mut out).await? else {
+            break;
         };
         match pending {
             Pending::Produce {
