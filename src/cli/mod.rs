@@ -177,7 +177,7 @@ fn value_source(matches: &ArgMatches, id: &str) -> Option<clap::parser::ValueSou
 /// Logs go to stderr: `RUST_LOG`, when set, overrides `--log-level`. Human logs are
 /// colored only on a terminal, so files and the journal get plain text; JSON logs are one
 /// object per line, with the thread (`pagurus-N` is core N) in each. No place in the code
-/// writes more than a few lines a second (`log_limit`).
+/// writes more than 50 warnings or errors a second (`log_limit`).
 fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
     use std::io::IsTerminal;
     use tracing_subscriber::EnvFilter;

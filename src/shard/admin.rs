@@ -44,10 +44,7 @@ impl Shard {
     /// A topic that must exist already, and the partition that must be in it.
     pub fn known_partition(&self, topic: &str, partition: u32) -> Result<Rc<TopicMeta>, Failure> {
         let Some(meta) = self.topic(topic) else {
-            return Err(Failure::new(
-                ErrorCode::UnknownTopic,
-                format!("unknown topic {topic}"),
-            ));
+            return Err(self.unknown_topic(topic));
         };
         check_partition(&meta, partition)?;
         Ok(meta)
@@ -180,10 +177,7 @@ impl Shard {
     async fn delete_on_controller(self: &Rc<Self>, name: &str) -> Result<(), Failure> {
         let _lock = self.controller_permit().await?;
         if self.topic(name).is_none() {
-            return Err(Failure::new(
-                ErrorCode::UnknownTopic,
-                format!("unknown topic {name}"),
-            ));
+            return Err(self.unknown_topic(name));
         }
         self.broadcast(|| DropTopic {
             name: name.to_string(),

@@ -35,10 +35,7 @@ impl Shard {
         let topic = self.valid_name(topic, "topic")?;
         // No topic is created on demand for this: compacting a typo should fail.
         let Some(meta) = self.topic(topic) else {
-            return Err(Failure::new(
-                ErrorCode::UnknownTopic,
-                format!("unknown topic {topic}"),
-            ));
+            return Err(self.unknown_topic(topic));
         };
         if partition >= meta.partitions {
             return Err(Failure::new(
