@@ -7,7 +7,10 @@
 #
 #   scripts/bench-kafka.sh                      # 3 rounds of 200,000 messages
 #   ROUNDS=5 COUNT=1000000 CORES=2 scripts/bench-kafka.sh
+#   PIN=1 scripts/bench-kafka.sh                # broker on BROKER_CPUS, every client on CLIENT_CPUS
 #
+# PIN=1 is the second configuration: the broker and the clients pinned apart with taskset,
+# so a client that burns a CPU (the Python driver does) cannot take the broker's.
 # The Kafka side is a small confluent-kafka (librdkafka) driver, scripts/bench_kafka.py
 # (pip install confluent-kafka); p99 is from send() to the delivery report. The native side
 # is `pagurus bench` (glommio client, 4 producers, batches of 100, up to 8 in flight each),
@@ -19,6 +22,11 @@ COUNT=${COUNT:-200000}
 SIZE=${SIZE:-100}
 CORES=${CORES:-0}
 PARTITIONS=${PARTITIONS:-4}
+PIN=${PIN:-0}
+BROKER_CPUS=${BROKER_CPUS:-0}
+CLIENT_CPUS=${CLIENT_CPUS:-1}
+broker_pin=() client_pin=()
+if [ "$PIN" = 1 ]; then broker_pin=(taskset -c "$BROKER_CPUS"); client_pin=(taskset -c "$CLIENT_CPUS"); fi
 python3 -c 'import confluent_kafka' 2>/dev/null || { echo "bench-kafka.sh needs: pip install confluent-kafka"; exit 1; }
 cargo build --release --quiet
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
@@ -30,12 +38,13 @@ cleanup() {
 }
 trap cleanup EXIT
 PORT=$((20000 + RANDOM % 10000))
-"$BIN" serve --data-dir "$WORK/data" --listen "127.0.0.1:$PORT" --cores "$CORES" --fsync always \
+"${broker_pin[@]}" "$BIN" serve --data-dir "$WORK/data" --listen "127.0.0.1:$PORT" --cores "$CORES" --fsync always \
   --log-level warn 2>"$WORK/broker.log" &
 BROKER=$!
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
 
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+[ "$PIN" = 1 ] && echo "pinned: broker on CPUs $BROKER_CPUS, clients on CPUs $CLIENT_CPUS"
 echo "workload: $COUNT x $SIZE B, $PARTITIONS partitions, acks=all, fsync=always, linger 5 ms"
 kafka=()
 kcat_rows=()
@@ -45,7 +54,7 @@ python3 -c 'import sys; sys.stdout.write(("x" * int(sys.argv[2]) + "\n") * int(s
   "$COUNT" "$SIZE" >"$WORK/lines"
 now_s() { date +%s.%N; }
 for round in $(seq "$ROUNDS"); do
-  k=$(python3 scripts/bench_kafka.py "127.0.0.1:$PORT" "kafka-$round" "$COUNT" "$SIZE" "$PARTITIONS")
+  k=$("${client_pin[@]}" python3 scripts/bench_kafka.py "127.0.0.1:$PORT" "kafka-$round" "$COUNT" "$SIZE" "$PARTITIONS")
   echo "round $round kafka (confluent-kafka): $k"
   kafka+=("$k")
   if command -v kcat >/dev/null; then
@@ -53,12 +62,12 @@ for round in $(seq "$ROUNDS"); do
     # No per-message latency from it; its rates include connecting and metadata.
     "$BIN" topics create "kcat-$round" --partitions "$PARTITIONS" --broker "127.0.0.1:$PORT" >/dev/null
     t0=$(now_s)
-    kcat -P -b "127.0.0.1:$PORT" -t "kcat-$round" -X acks=all -X linger.ms=5 \
+    "${client_pin[@]}" kcat -P -b "127.0.0.1:$PORT" -t "kcat-$round" -X acks=all -X linger.ms=5 \
       -X queue.buffering.max.messages=1000000 -X batch.num.messages=10000 <"$WORK/lines"
     t1=$(now_s)
     # queued.min.messages: as fetch.queue.backoff.ms in bench_kafka.py (kcat's librdkafka
     # may predate that setting), keep librdkafka from pausing its fetches for 1 s.
-    got=$(kcat -C -b "127.0.0.1:$PORT" -t "kcat-$round" -o beginning -e -q -X fetch.wait.max.ms=10 \
+    got=$("${client_pin[@]}" kcat -C -b "127.0.0.1:$PORT" -t "kcat-$round" -o beginning -e -q -X fetch.wait.max.ms=10 \
       -X queued.min.messages=10000000 | wc -l)
     t2=$(now_s)
     [ "$got" -eq "$COUNT" ] || { echo "kcat consumed $got of $COUNT"; exit 1; }
@@ -66,10 +75,10 @@ for round in $(seq "$ROUNDS"); do
     echo "round $round kafka (kcat): $kc"
     kcat_rows+=("$kc")
   fi
-  p=$("$BIN" bench --broker "127.0.0.1:$PORT" --producers 4 --consumers 0 --topics 1 \
+  p=$("${client_pin[@]}" "$BIN" bench --broker "127.0.0.1:$PORT" --producers 4 --consumers 0 --topics 1 \
       --partitions "$PARTITIONS" --topic-prefix "native-$round" --size "$SIZE" --batch 100 \
       --linger-ms 5 --count "$COUNT" --warmup 0 --keep-topics --json --quiet 2>/dev/null | tail -1)
-  c=$("$BIN" bench --broker "127.0.0.1:$PORT" --producers 0 --consumers 1 --topics 1 \
+  c=$("${client_pin[@]}" "$BIN" bench --broker "127.0.0.1:$PORT" --producers 0 --consumers 1 --topics 1 \
       --partitions "$PARTITIONS" --topic-prefix "native-$round" --from earliest \
       --count "$COUNT" --warmup 0 --json --quiet 2>/dev/null | tail -1)
   n=$(python3 -c 'import json,sys; p=json.loads(sys.argv[1]); c=json.loads(sys.argv[2]); print(json.dumps({"produce_msgs": p["produce"]["msgs_per_s"], "produce_p99_ms": p["produce"]["ack_latency_us"]["p99"] / 1000, "consume_msgs": c["consume"]["msgs_per_s"]}))' "$p" "$c")
