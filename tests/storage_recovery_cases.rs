@@ -204,11 +204,7 @@ fn index_rot_in_a_trusted_segment_is_caught() {
         let batches = durable_log(&path, 20).await;
         let log = open(&path, &config, "open").await.unwrap();
         crash(log).await;
-        let recovery_point: u64 = fs::read_to_string(path.join(RECOVERY_POINT))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap();
+        let recovery_point = read_recovery_point(&path).opened;
         assert!(recovery_point > 0, "segment 0 is below the recovery point");
         // Slot 1, offset field (bytes 0..8, little-endian): 1 becomes 17.
         flip_bit(&idx_path(&path, 0), ENTRY_LEN as u64, 4);
@@ -237,4 +233,58 @@ fn wal_and_index_cut_at_the_same_batch_is_a_gap_and_quarantined() {
         let log = open(&path, &config, "reopen").await.unwrap();
         check_log(&log, &batches, 1000, &[], "after the cut").unwrap();
     });
+}
+
+/// What a power cut in the middle of a seal (`storage::log::seal`) can leave under `never`:
+/// the last closed segment's files look sealed (the index trimmed to its entries, the WAL as
+/// long as they say), but the page holding its last batch's payload never reached the disk,
+/// and `recovery-point` does not yet vouch for the segment. Recovery must treat it as it
+/// treats the active segment: cut it at the torn batch and quarantine the segment after it,
+/// so the log is an exact prefix with nothing corrupt in it. The same damage in a segment
+/// whose seal was recorded is rot: that batch is refused as corrupt, and nothing is cut.
+#[test]
+fn a_torn_closed_segment_is_cut_unless_its_seal_was_recorded() {
+    for recorded in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p");
+        run(async move || {
+            let config = small_config(FsyncPolicy::Never);
+            let batches: Vec<Batch> = (0..40).map(Batch::new).collect();
+            let log = open(&path, &config, "open").await.unwrap();
+            append_all(&log, &batches, &mut 0).await.unwrap();
+            // `crash` waits for the seal task, which holds the log until it is done.
+            crash(log).await;
+            let bases = wal_bases(&path);
+            assert!(bases.len() >= 3, "the segments must have rolled: {bases:?}");
+            let (torn, active) = (bases[bases.len() - 2], bases[bases.len() - 1]);
+            let point = read_recovery_point(&path);
+            assert_eq!(
+                (point.opened, point.sealed),
+                (0, active),
+                "each seal moves `sealed` up to the segment after it"
+            );
+            if !recorded {
+                // The cut came before the last seal wrote the recovery point.
+                fs::write(path.join(RECOVERY_POINT), format!("0 {torn}\n")).unwrap();
+            }
+            // The torn segment's last batch, and where it sits in the WAL.
+            let offsets = offsets_of(&batches);
+            let last = offsets.iter().rposition(|&o| o < active).unwrap();
+            let first = offsets.iter().position(|&o| o >= torn).unwrap();
+            let position: u64 = batches[first..last].iter().map(Batch::len).sum();
+            let header = pagurus::protocol::record::HEADER_LEN as u64;
+            let zeros = vec![0u8; (batches[last].len() - header) as usize];
+            write_at(&wal_path(&path, torn), &zeros, position + header);
+
+            let log = open(&path, &config, "reopen").await.unwrap();
+            if recorded {
+                check_log(&log, &batches, 4096, &[last], "seal recorded").unwrap();
+                assert!(quarantined_bases(&path).is_empty());
+            } else {
+                check_log(&log, &batches[..last], 4096, &[], "seal not recorded").unwrap();
+                assert_eq!(log.next_offset(), offsets[last], "cut at the torn batch");
+                assert_eq!(quarantined_bases(&path), vec![active]);
+            }
+        });
+    }
 }

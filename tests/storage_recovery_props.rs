@@ -45,8 +45,9 @@
 //!   "whole directory" damage of index bytes is drawn only from segments at or above the
 //!   recovery point.
 //!
-//! A closed segment (every one but the last) is complete by construction, so recovery never
-//! cuts one whose index still chains: it checks its batches and reports those that fail as
+//! A closed segment whose seal was recorded (every one but the last: `crash` waits for the
+//! seal task, see `storage::log::seal`) is complete, so recovery never cuts one whose index
+//! still chains: it checks its batches and reports those that fail as
 //! corrupt on read (`storage::verify`). The property accepts that outcome for WAL damage to
 //! any closed segment, and for index damage to one (whether the chain still holds after it
 //! is not modelled).

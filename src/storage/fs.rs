@@ -131,6 +131,29 @@ pub fn write_file_durable(dir: &Path, name: &str, contents: &[u8]) -> Result<(),
     sync_dir(dir)
 }
 
+/// [`write_file_durable`] relative to an open directory: the file lands in that directory
+/// even if it was renamed meanwhile, never in another directory that took its name. (A
+/// deleted topic's partition directory moves to `trash/` while a task of its log may still
+/// be finishing; a topic made again under the name has a new directory at the old path.)
+///
+/// Power cut: as [`write_file_durable`].
+pub fn write_file_durable_in(dir: &File, name: &str, contents: &[u8]) -> std::io::Result<()> {
+    use nix::fcntl::{OFlag, openat, renameat};
+    use nix::sys::stat::Mode;
+    let tmp = format!("{name}.tmp");
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC | OFlag::O_CLOEXEC;
+    let written = openat(dir, tmp.as_str(), flags, Mode::from_bits_truncate(0o644))
+        .map_err(std::io::Error::from)
+        .map(File::from)
+        .and_then(|mut file| file.write_all(contents).and_then(|()| file.sync_data()))
+        .and_then(|()| renameat(dir, tmp.as_str(), dir, name).map_err(Into::into));
+    if let Err(error) = written {
+        let _ = nix::unistd::unlinkat(dir, tmp.as_str(), nix::unistd::UnlinkatFlags::NoRemoveDir);
+        return Err(error);
+    }
+    dir.sync_all()
+}
+
 /// Maps `len` bytes of `file` read-only (`None` for an empty file, which cannot be mapped).
 ///
 /// The caller must ensure that nothing truncates or writes the file while the map lives
@@ -142,4 +165,27 @@ pub fn map(file: &File, len: u64) -> std::io::Result<Option<Mmap>> {
     }
     // SAFETY: see the doc comment; every caller maps files no other code writes meanwhile.
     unsafe { Mmap::map(file) }.map(Some)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_through_a_directory_descriptor_follows_the_directory() {
+        let root = tempfile::tempdir().unwrap();
+        let (old, moved) = (root.path().join("p"), root.path().join("trash-p"));
+        fs::create_dir(&old).unwrap();
+        let dir = File::open(&old).unwrap();
+        // The directory moves away and another one takes its name.
+        fs::rename(&old, &moved).unwrap();
+        fs::create_dir(&old).unwrap();
+        write_file_durable_in(&dir, "point", b"7 9\n").unwrap();
+        assert_eq!(fs::read(moved.join("point")).unwrap(), b"7 9\n");
+        assert!(!old.join("point").exists());
+        assert!(!moved.join("point.tmp").exists());
+        // Replacing works as with a path.
+        write_file_durable_in(&dir, "point", b"8 9\n").unwrap();
+        assert_eq!(fs::read(moved.join("point")).unwrap(), b"8 9\n");
+    }
 }

@@ -6,11 +6,21 @@
 //!   every segment was synced and the active index trimmed to its entries. When it is there,
 //!   nothing is scanned. It is removed, and the removal made durable, *before* anything else
 //!   happens, so a crash later can never be mistaken for a clean stop.
-//! - `recovery-point`: the base offset of the active segment as of the last open. Every
-//!   segment below it was sealed (synced, index trimmed) before that open; every segment at
-//!   or above it may have been written since. Without the marker, exactly those segments are
-//!   scanned ("every segment written since the last clean shutdown", DESIGN.md). A missing or
-//!   unreadable file means "scan everything".
+//! - `recovery-point`: two base offsets, `opened sealed`.
+//!   - `opened`, the base of the active segment as of the last open. Every segment below it
+//!     was sealed (synced, index trimmed) before that open; every segment at or above it
+//!     may have been written since. Without the marker, exactly those segments are checked
+//!     ("every segment written since the last clean shutdown", DESIGN.md).
+//!   - `sealed`: every segment below it is sealed *and durable*. A roll seals the old
+//!     segment off the path of new batches (`storage::log::seal`) and moves `sealed` up
+//!     once the seal's fdatasyncs are done. A closed segment at or above it may have lost
+//!     any part of its tail to a power cut, so it is scanned and may be cut like the
+//!     active segment; a closed segment below it is complete, so damage found in it is rot,
+//!     and it is never cut (see `verify`).
+//!
+//!   A missing or unreadable file means "scan everything". A file with one number (written
+//!   before seals left the roll's path, when every roll was durable before the next
+//!   segment took batches) has `sealed` = infinity.
 //!
 //! A trusted segment still gets a cheap check (its `.idx` exists, and its `.wal` ends where
 //! its last entry ends); if that fails it is scanned too.
@@ -42,6 +52,46 @@ pub const CLEAN_MARKER: &str = "clean-shutdown";
 pub const RECOVERY_POINT: &str = "recovery-point";
 pub const QUARANTINE_DIR: &str = "quarantine";
 
+/// What the `recovery-point` file says (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecoveryPoint {
+    /// The active segment's base offset as of the last open.
+    pub opened: u64,
+    /// Every segment below this base offset is sealed and durable.
+    pub sealed: u64,
+}
+
+impl RecoveryPoint {
+    /// Nothing is known: every segment is scanned, and any may be cut.
+    const NONE: RecoveryPoint = RecoveryPoint {
+        opened: 0,
+        sealed: 0,
+    };
+    /// After a clean shutdown: every segment was sealed and synced.
+    const CLEAN: RecoveryPoint = RecoveryPoint {
+        opened: u64::MAX,
+        sealed: u64::MAX,
+    };
+
+    fn text(self) -> String {
+        assert!(self.sealed >= self.opened, "{self:?}");
+        format!("{} {}\n", self.opened, self.sealed)
+    }
+
+    fn parse(text: &str) -> Option<RecoveryPoint> {
+        let mut fields = text.split_whitespace().map(str::parse::<u64>);
+        let opened = fields.next()?.ok()?;
+        let sealed = match fields.next() {
+            Some(sealed) => sealed.ok()?,
+            None => u64::MAX,
+        };
+        fields
+            .next()
+            .is_none()
+            .then_some(RecoveryPoint { opened, sealed })
+    }
+}
+
 /// What recovery found in one segment and left on disk.
 struct Recovered {
     entries: usize,
@@ -52,19 +102,20 @@ struct Recovered {
 }
 
 /// Opens every segment of the partition in `dir`, recovering as needed; the last returned
-/// segment is active. Creates the directory and a first segment when there is none.
+/// segment is active. Creates the directory and a first segment when there is none. Also
+/// returns the recovery point written for this open (both bases at the active segment).
 pub async fn open_segments(
     dir: &Path,
     config: &LogConfig,
-) -> Result<(Vec<Segment>, Checks), StorageError> {
+) -> Result<(Vec<Segment>, Checks, RecoveryPoint), StorageError> {
     create_dir_durable(dir)?;
     let marker = dir.join(CLEAN_MARKER);
     let clean = marker.exists();
     if clean {
         fs_durable::remove_file_durable(&marker)?;
     }
-    let recovery_point = if clean {
-        u64::MAX
+    let point = if clean {
+        RecoveryPoint::CLEAN
     } else {
         read_recovery_point(dir)
     };
@@ -87,11 +138,14 @@ pub async fn open_segments(
         }
         let closed = i + 1 < bases.len();
         let sealed = looks_sealed(dir, base, bases.get(i + 1).copied());
-        let recovered = if closed && sealed && base >= recovery_point {
-            // Written since the last open, but complete: damage is rot, not a torn tail.
-            // It is checked now and never cut (see `verify`).
+        let recovered = if closed && sealed && base >= point.opened && base < point.sealed {
+            // Written since the last open, but durably sealed: damage is rot, not a torn
+            // tail. It is checked now and never cut (see `verify`).
             check_closed(dir, base, &mut checks)?
-        } else if base >= recovery_point || !sealed {
+        } else if base >= point.opened || !sealed {
+            // A closed segment at or above `point.sealed` lands here too: its seal may not
+            // have been durable when the power went, so its tail may be torn like the
+            // active segment's, and it is cut at the first bad batch.
             scan_and_repair(dir, base, config)?
         } else {
             let recovered = trusted(dir, base)?;
@@ -136,14 +190,26 @@ pub async fn open_segments(
     // above counts as stored. Sync them before anything is acknowledged on top of them: a
     // power cut would otherwise take them and leave a gap under acknowledged batches (the
     // next open would then quarantine everything after it). Found by tests/powerloss.rs.
-    for path in [wal_path(dir, active_base), idx_path(dir, active_base)] {
-        if path.exists() {
-            fs::File::open(&path)
-                .and_then(|file| file.sync_data())
-                .map_err(|e| StorageError::io(&path, e))?;
+    // That is the active segment, and every closed one whose seal was still running when
+    // the process died (at or above `point.sealed`): the new recovery point vouches for them.
+    for segment in segments
+        .iter()
+        .filter(|s| s.base_offset >= point.sealed.min(active_base))
+    {
+        let base = segment.base_offset;
+        for path in [wal_path(dir, base), idx_path(dir, base)] {
+            if path.exists() {
+                fs::File::open(&path)
+                    .and_then(|file| file.sync_data())
+                    .map_err(|e| StorageError::io(&path, e))?;
+            }
         }
     }
-    match write_recovery_point(dir, active_base) {
+    let opened = RecoveryPoint {
+        opened: active_base,
+        sealed: active_base,
+    };
+    match write_recovery_point(dir, opened) {
         // The old recovery point stays, which is lower: the next start scans more, never
         // less. Refusing to start on a full disk would stop reads too.
         Err(StorageError::Io { path, source })
@@ -153,7 +219,7 @@ pub async fn open_segments(
         }
         other => other?,
     }
-    Ok((segments, checks))
+    Ok((segments, checks, opened))
 }
 
 /// Base offsets of the segments in `dir`, sorted. Removes index files that have no WAL
@@ -445,15 +511,25 @@ fn quarantine(dir: &Path, bases: &[u64]) -> Result<(), StorageError> {
     sync_dir(dir)
 }
 
-fn read_recovery_point(dir: &Path) -> u64 {
+/// What `recovery-point` in `dir` says (nothing known when it is missing or unreadable).
+pub fn read_recovery_point(dir: &Path) -> RecoveryPoint {
     fs::read_to_string(dir.join(RECOVERY_POINT))
         .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
+        .and_then(|text| RecoveryPoint::parse(&text))
+        .unwrap_or(RecoveryPoint::NONE)
 }
 
-fn write_recovery_point(dir: &Path, base: u64) -> Result<(), StorageError> {
-    fs_durable::write_file_durable(dir, RECOVERY_POINT, format!("{base}\n").as_bytes())
+/// Replaces `recovery-point` durably (written aside, synced, renamed, directory synced), so
+/// a power cut leaves the old point or the new one.
+fn write_recovery_point(dir: &Path, point: RecoveryPoint) -> Result<(), StorageError> {
+    fs_durable::write_file_durable(dir, RECOVERY_POINT, point.text().as_bytes())
+}
+
+/// [`write_recovery_point`] through the partition directory's descriptor, as a seal does:
+/// blocking (the log calls it on the blocking pool), and into that directory even after
+/// the topic was deleted and made again under its name.
+pub fn write_recovery_point_in(dir: &File, point: RecoveryPoint) -> std::io::Result<()> {
+    fs_durable::write_file_durable_in(dir, RECOVERY_POINT, point.text().as_bytes())
 }
 
 /// Writes the clean-shutdown marker; the caller syncs the directory.
@@ -462,4 +538,20 @@ pub fn write_clean_marker(dir: &Path) -> Result<(), StorageError> {
     File::create(&path)
         .and_then(|f| f.sync_data())
         .map_err(|e| StorageError::io(&path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RecoveryPoint;
+
+    #[test]
+    fn recovery_point_files_old_and_new() {
+        let point = |opened, sealed| Some(RecoveryPoint { opened, sealed });
+        assert_eq!(RecoveryPoint::parse("7 12\n"), point(7, 12));
+        // Written before seals left the roll's path: every closed segment was durable.
+        assert_eq!(RecoveryPoint::parse("7\n"), point(7, u64::MAX));
+        for damaged in ["", "x", "7 x", "7 12 13", "-1 3"] {
+            assert_eq!(RecoveryPoint::parse(damaged), None, "{damaged:?}");
+        }
+    }
 }

@@ -18,9 +18,9 @@
 //! and after it is served, and appends go on. The files are left as they are for an
 //! operator. Found batches are logged and counted.
 //!
-//! Closed segments (every segment but the last) are complete by construction: a roll
-//! fdatasyncs the segment before the next one is created, under every fsync policy. So a
-//! closed segment whose index chains (see `open::looks_sealed`) is never cut by recovery,
+//! Closed segments whose seal was recorded (below `sealed` in `recovery-point`, see
+//! `storage::log::seal`) are complete: their fdatasyncs were done before the record. So
+//! such a segment whose index chains (see `open::looks_sealed`) is never cut by recovery,
 //! whatever a scan finds in it; recovery checks it with [`check_segment`] instead, and marks
 //! what fails as corrupt in the same way.
 

@@ -130,6 +130,9 @@ pub struct Tally {
     pub duplicated: usize,
     pub corrupt: usize,
     pub gaps: usize,
+    /// Acknowledged batches missing below the end of what their partition serves: lost
+    /// from the middle of a log, not from its end.
+    pub holes: usize,
     pub expired: usize,
     pub unknown_stored: usize,
     pub commits_checked: usize,
@@ -142,10 +145,17 @@ impl Tally {
         self.duplicated = self.duplicated.max(round.duplicated);
         self.corrupt += round.corrupt;
         self.gaps += round.gaps;
+        self.holes += round.holes;
         self.commits_lost += round.commits_lost;
         self.acked_batches = round.acked_batches;
         self.commits_checked = round.commits_checked;
     }
+}
+
+fn batch_records(batch: &[u8]) -> u64 {
+    BatchHeader::decode(batch, &Default::default())
+        .expect("checked by the client")
+        .records()
 }
 
 pub fn tag_of(batch: &[u8]) -> String {
@@ -338,6 +348,9 @@ pub fn verify(broker: &Broker, ledger: &mut Ledger, topics: &[(String, u32, Chec
                 *seen.entry(tag_of(batch)).or_default() += 1;
                 found.insert(tag_of(batch), (topic.clone(), partition, at));
             }
+            let served_end = stored
+                .last_key_value()
+                .map_or(start, |(&at, batch)| at + batch_records(batch));
             let acked = ledger.acked.entry((topic.clone(), partition)).or_default();
             let mut gone = Vec::new();
             for (&at, expected) in acked.iter() {
@@ -356,6 +369,9 @@ pub fn verify(broker: &Broker, ledger: &mut Ledger, topics: &[(String, u32, Chec
                     _ => {
                         lost_tags.push((expected.tag.clone(), topic.clone(), partition, at));
                         tally.lost += 1;
+                        if at < served_end {
+                            tally.holes += 1;
+                        }
                         gone.push(at);
                     }
                 }

@@ -203,10 +203,11 @@ impl Layout {
                 (segment, position + length, (entries * ENTRY_LEN) as u64)
             }
         };
-        let recovery_point: u64 = fs::read_to_string(dir.join(RECOVERY_POINT))
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .ok_or("layout: no recovery point")?;
+        ensure!(
+            dir.join(RECOVERY_POINT).exists(),
+            "layout: no recovery point"
+        );
+        let recovery_point = read_recovery_point(dir).opened;
         let first_scanned = bases.partition_point(|&b| b < recovery_point);
         // The second open made the segment holding the last durable batch active.
         ensure!(

@@ -7,7 +7,9 @@
 pub use glommio::{LocalExecutor, LocalExecutorBuilder};
 pub use pagurus::protocol::record::{self, BatchHeader, HEADER_LEN, encode_batch};
 pub use pagurus::storage::index::{ENTRY_LEN, IndexEntry};
-pub use pagurus::storage::open::{CLEAN_MARKER, QUARANTINE_DIR, RECOVERY_POINT};
+pub use pagurus::storage::open::{
+    CLEAN_MARKER, QUARANTINE_DIR, RECOVERY_POINT, read_recovery_point,
+};
 pub use pagurus::storage::segment::{idx_path, parse_file_name, wal_path};
 pub use pagurus::storage::{FsyncPolicy, LogConfig, PartitionLog, StorageError, StoredBatch};
 pub use std::cell::RefCell;

@@ -13,6 +13,7 @@ use std::time::Instant;
 use tracing::{info, warn};
 
 use super::rounds::{OVERLAP_MIN_PENDING_BYTES, SyncSlots, sync_files};
+use super::seal::SealFiles;
 use super::{PENDING_CAPACITY_MIN_BYTES, PartitionLog};
 use crate::storage::segment::Segment;
 use crate::storage::watch::Watch;
@@ -295,8 +296,10 @@ impl PartitionLog {
         warn!(dir = %self.dir.display(), wal_bytes = position, "cut back to the durable watermark");
     }
 
-    /// fdatasyncs the active `.wal` and `.idx` together, covering everything written.
+    /// fdatasyncs the active `.wal` and `.idx` together, covering everything written. The
+    /// seal of the segment before goes first: the durable watermark covers its batches too.
     async fn sync_written(&self) -> Result<(), StorageError> {
+        self.settle_seal().await?;
         let (target, writer_wal, writer_idx) = {
             let st = self.state.borrow();
             st.check_io()?;
@@ -325,13 +328,20 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// Seals the active segment and starts a new one. Runs inside the I/O task, with no
-    /// round in flight.
+    /// Closes the active segment and starts a new one; the old segment's fdatasyncs run
+    /// behind, as its seal ([`super::seal`]). Runs inside the I/O task, with no round in
+    /// flight.
     pub(super) async fn roll(&self) -> Result<(), StorageError> {
         // Staging waits while the log is `Rolling` (and is refused once it is `Closing`),
-        // so after this flush the active segment is complete.
+        // so after this write the active segment is complete.
         self.write_pending().await?;
-        self.sync_written().await?;
+        let always = self.config.fsync == FsyncPolicy::Always;
+        if always {
+            // Usually a no-op: the rounds synced what they wrote.
+            self.sync_written().await?;
+        }
+        // One seal at a time, so `sealed` in the recovery point moves up segment by segment.
+        self.settle_seal().await?;
         let base = {
             let mut st = self.state.borrow_mut();
             assert!(st.pending.is_empty(), "roll with pending bytes");
@@ -341,33 +351,40 @@ impl PartitionLog {
                 return Ok(());
             }
             assert_eq!(
-                st.durable_offset, st.next_offset,
-                "a sealed segment is durable"
+                st.written_offset, st.next_offset,
+                "a closed segment is written whole"
+            );
+            assert!(
+                !always || st.durable_offset == st.next_offset,
+                "under always a closed segment is durable"
             );
             st.next_offset
         };
-        let sealed = self.trim_active_files().await;
-        if sealed.is_ok() {
+        let trimmed = self.trim_active_files().await;
+        if trimmed.is_ok() {
             self.state.borrow_mut().segments.active_mut().seal();
         }
-        let created = match sealed {
-            Ok(()) => match Segment::create(
-                &self.dir,
-                base,
-                self.config.index_entries,
-                self.config.sync_slots(),
-            )
-            .await
-            {
-                Ok(created) => self.sync_dir().await.map(|()| created),
-                Err(e) => Err(e),
-            },
+        let created = match trimmed {
+            Ok(files) => {
+                self.start_seal(files, base);
+                match Segment::create(
+                    &self.dir,
+                    base,
+                    self.config.index_entries,
+                    self.config.sync_slots(),
+                )
+                .await
+                {
+                    Ok(created) => self.sync_dir().await.map(|()| created),
+                    Err(e) => Err(e),
+                }
+            }
             Err(e) => Err(e),
         };
         let created = match created {
             Ok(created) => created,
             Err(error) => {
-                // The old segment is sealed and no new one is writable: nothing can be
+                // The old segment is closed and no new one is writable: nothing can be
                 // appended until a restart reopens the log.
                 let reason = format!("segment roll failed: {error}");
                 warn!(dir = %self.dir.display(), %reason, "partition fenced");
@@ -387,12 +404,12 @@ impl PartitionLog {
     }
 
     /// Trims the active segment's index to its entries and its WAL to its batches (cutting
-    /// pre-extended zeros), and fdatasyncs the cuts, so the next open finds the files
-    /// exactly as long as the entries say. Staging must already be stopped (the log is
-    /// rolling or closing).
-    async fn trim_active_files(&self) -> Result<(), StorageError> {
+    /// pre-extended zeros), so the next open finds the files exactly as long as the entries
+    /// say once the returned files are fdatasynced. Staging must already be stopped (the
+    /// log is rolling or closing).
+    async fn trim_active_files(&self) -> Result<SealFiles, StorageError> {
         self.wait_prealloc(|| u64::MAX).await;
-        let (handle, wal, size) = {
+        let (files, size, file_len) = {
             let mut st = self.state.borrow_mut();
             let active = st.segments.active_mut();
             active.trim_index()?;
@@ -402,19 +419,23 @@ impl PartitionLog {
                 .metadata()
                 .map_err(|e| StorageError::io(&self.dir, e))?
                 .len();
-            let wal = (file_len > size).then(|| active.writer.as_ref().map(|w| Rc::clone(&w.wal)));
-            (active.index_sync_handle(), wal.flatten(), size)
+            let writer = active
+                .writer
+                .as_ref()
+                .expect("the active segment is writable");
+            let files = SealFiles {
+                base_offset: active.base_offset,
+                wal: Rc::clone(&writer.wal),
+                idx: Rc::clone(&writer.idx),
+            };
+            (files, size, file_len)
         };
-        let io = |e: glommio::GlommioError<()>| StorageError::io(&self.dir, e.into());
-        if let Some(wal) = wal {
-            wal.truncate(size).await.map_err(io)?;
+        if file_len > size {
+            let io = |e: glommio::GlommioError<()>| StorageError::io(&self.dir, e.into());
+            files.wal.truncate(size).await.map_err(io)?;
             self.prealloc_cut(size);
-            wal.fdatasync().await.map_err(io)?;
         }
-        if let Some(idx) = handle {
-            idx.fdatasync().await.map_err(io)?;
-        }
-        Ok(())
+        Ok(files)
     }
 
     /// fsyncs the partition directory (new, renamed and removed segment files).
@@ -475,7 +496,11 @@ impl PartitionLog {
     async fn settle_and_seal(&self) -> Result<(), StorageError> {
         self.write_pending().await?;
         self.sync_written().await?;
-        self.trim_active_files().await?;
+        let files = self.trim_active_files().await?;
+        files
+            .sync()
+            .await
+            .map_err(|e| StorageError::io(&self.dir, e))?;
         open::write_clean_marker(&self.dir)?;
         self.sync_dir().await
     }

@@ -43,13 +43,14 @@
 //! - [`stage`]: validating and staging batches, and waiting for their commit;
 //! - [`io`]: the I/O task (group commit, fsync, rolls, rollbacks, fencing), sync and close;
 //! - [`rounds`]: overlapping commit rounds under `always`, applied in issue order;
+//! - [`seal`]: a rolled segment's fdatasyncs, off the path of the next segment's batches;
 //! - [`read`]: read plans and reads;
 //! - [`maintenance`]: the narrow API compaction and retention change the segments through;
 //! - [`state`] and [`segments`]: the state and segment list those keep consistent.
 
 use std::cell::{Cell, RefCell};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 
 use glommio::io::Directory;
 
@@ -62,6 +63,7 @@ mod maintenance;
 mod prealloc;
 mod read;
 mod rounds;
+mod seal;
 mod segments;
 mod stage;
 mod state;
@@ -115,6 +117,8 @@ pub struct Ticket {
 }
 
 pub struct PartitionLog {
+    /// The log itself, for the tasks it starts (a seal holds the log until it is done).
+    me: Weak<PartitionLog>,
     dir: PathBuf,
     directory: Directory,
     config: LogConfig,
@@ -133,6 +137,8 @@ pub struct PartitionLog {
     writeback: writeback::Writeback,
     /// Pre-extension of the active segment under `always` (see [`prealloc`]).
     prealloc: prealloc::Prealloc,
+    /// The seal of the segment rolled last (see [`seal`]).
+    seal: seal::Seal,
 }
 
 impl Drop for PartitionLog {
@@ -153,13 +159,15 @@ impl PartitionLog {
     ) -> Result<Rc<PartitionLog>, StorageError> {
         config.validate()?;
         let dir = dir.as_ref().to_path_buf();
-        let (segments, checks) = open::open_segments(&dir, &config).await?;
+        let (segments, checks, point) = open::open_segments(&dir, &config).await?;
         let directory = Directory::open(&dir)
             .await
             .map_err(|e| StorageError::io(&dir, e.into()))?;
         let state = state::State::new(SegmentList::new(segments), PENDING_CAPACITY_MIN_BYTES);
+        let dir_file = std::fs::File::open(&dir).map_err(|e| StorageError::io(&dir, e))?;
         let compaction = crate::storage::compaction::CompactionState::new(&dir);
-        let log = Rc::new(PartitionLog {
+        let log = Rc::new_cyclic(|me| PartitionLog {
+            me: me.clone(),
             dir,
             directory,
             config,
@@ -172,6 +180,7 @@ impl PartitionLog {
             checks: RefCell::new(checks),
             writeback: writeback::Writeback::default(),
             prealloc: prealloc::Prealloc::default(),
+            seal: seal::Seal::new(point, dir_file),
         });
         log.prealloc.enable_for(&log.dir, log.config.fsync);
         log.start_io_task();

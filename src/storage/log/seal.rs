@@ -1,0 +1,144 @@
+//! Sealing a rolled segment off the path of new batches.
+//!
+//! A roll trims the old segment's files to their contents (the index to its entries, the
+//! WAL to its batches), creates the next segment, and lets staging go on into it at once.
+//! The old segment's fdatasyncs run meanwhile as a task of their own, the *seal*: its data
+//! under `never` and `interval`, where nothing made it durable yet, and the trims under
+//! every policy. When they are done, the seal moves `recovery-point`'s `sealed` base to the
+//! next segment (`storage::open`): from then on a crash cannot cut the old segment.
+//!
+//! Before, the roll waited for those fdatasyncs. Under `never` at the maximum rate that is
+//! most of a segment's bytes still dirty, up to a second and a half on a disk slower than
+//! the ingest, and every ack of the partition waited with it (docs/LATENCY.md, (h)).
+//!
+//! At most one seal runs per log: a roll waits for the one before it, so `sealed` only
+//! moves up, one segment at a time. Whatever makes later offsets durable waits for it
+//! first (`sync_written`: the `interval` sync, and close), so the durable watermark never
+//! passes a segment whose seal is not done. Under `always` the old segment's batches were
+//! durable before the roll (its rounds synced them); its seal only makes the trims durable.
+//!
+//! # A crash while a seal runs
+//!
+//! | when | on disk | the next open |
+//! |---|---|---|
+//! | `kill -9` (the page cache survives) | both segments whole; `sealed` at or below the old segment | scans the old segment (clean), fdatasyncs it, then writes the new recovery point |
+//! | power cut before the fdatasyncs are done | the old segment's tail may be torn or gone, its index long or short; `sealed` at or below it | scans it and cuts it at the first bad batch, as it does the active segment; the segments after a cut are quarantined |
+//! | power cut after them, before `recovery-point` is replaced | the old segment whole; `sealed` at or below it | scans it: clean |
+//! | power cut later | the old segment whole; `sealed` above it | checks it, and never cuts it |
+//!
+//! Nothing acknowledged under `always` is in the first two rows: its batches were durable
+//! before the roll. A failed fdatasync fences the log, as a failed commit round does.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use glommio::io::BufferedFile;
+use glommio::task::JoinHandle;
+use tracing::warn;
+
+use super::PartitionLog;
+use crate::storage::StorageError;
+use crate::storage::open::{self, RecoveryPoint};
+
+/// The write handles of a closed segment whose seal is to run.
+pub(super) struct SealFiles {
+    pub(super) base_offset: u64,
+    pub(super) wal: Rc<BufferedFile>,
+    pub(super) idx: Rc<BufferedFile>,
+}
+
+impl SealFiles {
+    /// fdatasyncs both files, together.
+    pub(super) async fn sync(&self) -> std::io::Result<()> {
+        let (wal, idx) =
+            futures_lite::future::zip(self.wal.fdatasync(), self.idx.fdatasync()).await;
+        wal.and(idx).map_err(Into::into)
+    }
+}
+
+/// Where sealing stands for one log.
+pub(super) struct Seal {
+    /// The seal of the last segment rolled, until someone waits for it (at most one).
+    running: RefCell<Option<JoinHandle<Result<(), StorageError>>>>,
+    /// What `recovery-point` says now.
+    point: Cell<RecoveryPoint>,
+    /// The partition directory, where the seal writes `recovery-point`.
+    dir: std::fs::File,
+}
+
+impl Seal {
+    /// `point`: the recovery point the open wrote; `dir`: the partition directory, open.
+    pub(super) fn new(point: RecoveryPoint, dir: std::fs::File) -> Seal {
+        Seal {
+            running: RefCell::new(None),
+            point: Cell::new(point),
+            dir,
+        }
+    }
+}
+
+impl PartitionLog {
+    /// Starts the seal of the segment just closed, whose next segment begins at
+    /// `next_base`. The caller waited for the seal before it ([`Self::settle_seal`]).
+    pub(super) fn start_seal(&self, files: SealFiles, next_base: u64) {
+        assert!(self.seal.running.borrow().is_none(), "one seal at a time");
+        assert!(
+            files.base_offset < next_base,
+            "a sealed segment holds batches"
+        );
+        let log = self
+            .me
+            .upgrade()
+            .expect("a log rolls only while it is alive");
+        let job = glommio::spawn_local(async move { log.seal(files, next_base).await }).detach();
+        *self.seal.running.borrow_mut() = Some(job);
+    }
+
+    async fn seal(&self, files: SealFiles, next_base: u64) -> Result<(), StorageError> {
+        if let Err(error) = files.sync().await {
+            let reason = format!(
+                "fdatasync of segment {} failed while sealing it: {error}",
+                files.base_offset
+            );
+            warn!(dir = %self.dir.display(), %reason, "partition fenced");
+            self.state.borrow_mut().fence(reason.clone());
+            self.progress.notify_all();
+            self.io_signal.watch.notify_all();
+            return Err(StorageError::Fenced { reason });
+        }
+        let point = RecoveryPoint {
+            opened: self.seal.point.get().opened,
+            sealed: next_base,
+        };
+        let written = match self.seal.dir.try_clone() {
+            Ok(dir) => {
+                glommio::executor()
+                    .spawn_blocking(move || open::write_recovery_point_in(&dir, point))
+                    .await
+            }
+            Err(error) => Err(error),
+        };
+        match written {
+            Ok(()) => self.seal.point.set(point),
+            // Not fatal: the next start after a crash scans this segment, which is whole.
+            Err(error) => {
+                warn!(dir = %self.dir.display(), %error, "recovery point not moved after a seal")
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the seal in flight, if any, and returns its outcome (a failed seal has
+    /// fenced the log).
+    pub(super) async fn settle_seal(&self) -> Result<(), StorageError> {
+        let running = self.seal.running.borrow_mut().take();
+        let Some(job) = running else {
+            return Ok(());
+        };
+        job.await.unwrap_or_else(|| {
+            Err(StorageError::Fenced {
+                reason: "a segment's seal task was cancelled".into(),
+            })
+        })
+    }
+}
