@@ -341,7 +341,9 @@ impl PartitionLog {
             self.sync_written().await?;
         }
         // One seal at a time, so `sealed` in the recovery point moves up segment by segment.
+        let started = Instant::now();
         self.settle_seal().await?;
+        let seal_wait = started.elapsed();
         let base = {
             let mut st = self.state.borrow_mut();
             assert!(st.pending.is_empty(), "roll with pending bytes");
@@ -399,7 +401,13 @@ impl PartitionLog {
         st.assert_watermarks();
         drop(st);
         self.pre_extend(0);
-        info!(dir = %self.dir.display(), base_offset = base, "segment rolled");
+        info!(
+            dir = %self.dir.display(),
+            base_offset = base,
+            seal_wait_ms = seal_wait.as_millis() as u64,
+            roll_ms = started.elapsed().as_millis() as u64,
+            "segment rolled"
+        );
         Ok(())
     }
 

@@ -34,7 +34,7 @@ use std::rc::Rc;
 
 use glommio::io::BufferedFile;
 use glommio::task::JoinHandle;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::PartitionLog;
 use crate::storage::StorageError;
@@ -95,6 +95,7 @@ impl PartitionLog {
     }
 
     async fn seal(&self, files: SealFiles, next_base: u64) -> Result<(), StorageError> {
+        let started = std::time::Instant::now();
         if let Err(error) = files.sync().await {
             let reason = format!(
                 "fdatasync of segment {} failed while sealing it: {error}",
@@ -118,6 +119,12 @@ impl PartitionLog {
             }
             Err(error) => Err(error),
         };
+        info!(
+            dir = %self.dir.display(),
+            base_offset = files.base_offset,
+            seal_ms = started.elapsed().as_millis() as u64,
+            "segment sealed"
+        );
         match written {
             Ok(()) => self.seal.point.set(point),
             // Not fatal: the next start after a crash scans this segment, which is whole.
