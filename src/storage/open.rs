@@ -173,7 +173,7 @@ pub async fn open_segments(
                 recovered.next_offset,
                 recovered.entries,
                 recovered.size_bytes,
-                config.index_entries,
+                (config.index_entries, segment::IndexLength::SyncNow),
                 config.sync_slots(),
                 None,
             )

@@ -27,6 +27,50 @@ pub fn idx_path(dir: &Path, base_offset: u64) -> PathBuf {
     dir.join(format!("{base_offset:020}.idx"))
 }
 
+/// The files of the next segment, made ahead of the roll that needs them
+/// (`storage::log::spare`). Not segment names: opening a partition ignores them.
+pub const SPARE_WAL: &str = "next-segment.wal";
+pub const SPARE_IDX: &str = "next-segment.idx";
+
+/// Whether an active index's extended length is durable already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexLength {
+    /// Extend it if needed and fdatasync it now.
+    SyncNow,
+    /// A spare made it durable when it was made.
+    Durable,
+}
+
+/// Makes the spare files in `dir` (replacing any left over): an empty WAL, and an index
+/// extended to `index_entries` slots whose length is durable. Blocking. Works through the
+/// directory's descriptor, so a spare made for a topic deleted meanwhile never lands in the
+/// directory of a topic made again under its name.
+pub fn make_spare(dir: &File, index_entries: u32) -> std::io::Result<()> {
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::Mode;
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    for name in [SPARE_WAL, SPARE_IDX] {
+        match unlinkat(dir, name, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let create = |name: &str| -> std::io::Result<File> {
+        let flags = OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC;
+        Ok(File::from(openat(
+            dir,
+            name,
+            flags,
+            Mode::from_bits_truncate(0o644),
+        )?))
+    };
+    let idx = create(SPARE_IDX)?;
+    idx.set_len(u64::from(index_entries.max(1)) * ENTRY_LEN as u64)?;
+    idx.sync_data()?;
+    create(SPARE_WAL)?;
+    Ok(())
+}
+
 /// Parses `<20 digits>.<ext>` into the base offset.
 pub fn parse_file_name(name: &str, ext: &str) -> Option<u64> {
     let stem = name.strip_suffix(ext)?.strip_suffix('.')?;
@@ -121,9 +165,45 @@ impl Segment {
             base_offset,
             0,
             0,
-            index_entries,
+            (index_entries, IndexLength::SyncNow),
             sync_slots,
             Some(writer_wal),
+        )
+        .await
+    }
+
+    /// Makes the spare files (see [`make_spare`]) the new, empty active segment at
+    /// `base_offset`: the index first, so that a WAL under its new name never goes without
+    /// its index. Nothing is synced: the renames are durable once the directory is fsynced,
+    /// which is the caller's business.
+    pub async fn install_spare(
+        dir: &Path,
+        dir_file: &File,
+        base_offset: u64,
+        index_entries: u32,
+        sync_slots: usize,
+    ) -> Result<Segment, StorageError> {
+        let (wal, idx) = (wal_path(dir, base_offset), idx_path(dir, base_offset));
+        for (from, to) in [(SPARE_IDX, &idx), (SPARE_WAL, &wal)] {
+            if to.exists() {
+                return Err(StorageError::io(
+                    to,
+                    std::io::Error::from(std::io::ErrorKind::AlreadyExists),
+                ));
+            }
+            let name = to.file_name().expect("segment files have names");
+            nix::fcntl::renameat(dir_file, from, dir_file, name)
+                .map_err(|e| StorageError::io(to, e.into()))?;
+        }
+        Self::open_active(
+            dir,
+            base_offset,
+            base_offset,
+            0,
+            0,
+            (index_entries, IndexLength::Durable),
+            sync_slots,
+            None,
         )
         .await
     }
@@ -137,7 +217,7 @@ impl Segment {
         next_offset: u64,
         entries: usize,
         size_bytes: u64,
-        index_entries: u32,
+        (index_entries, index_length): (u32, IndexLength),
         sync_slots: usize,
         wal_writer: Option<BufferedFile>,
     ) -> Result<Segment, StorageError> {
@@ -179,13 +259,25 @@ impl Segment {
         // cut every slot of an active index is then inside the file, so a batch whose entry
         // never reached the disk reads as an empty slot and is cut, never rebuilt from bytes
         // that may be torn (`storage::recovery`, `Unindexed`).
-        idx_file
-            .set_len((capacity * ENTRY_LEN) as u64)
-            .map_err(|e| StorageError::io(&idx, e))?;
-        idx_writer
-            .fdatasync()
-            .await
-            .map_err(|e| StorageError::io(&idx, e.into()))?;
+        let length = (capacity * ENTRY_LEN) as u64;
+        match index_length {
+            IndexLength::SyncNow => {
+                idx_file
+                    .set_len(length)
+                    .map_err(|e| StorageError::io(&idx, e))?;
+                idx_writer
+                    .fdatasync()
+                    .await
+                    .map_err(|e| StorageError::io(&idx, e.into()))?;
+            }
+            IndexLength::Durable => {
+                let found = idx_file
+                    .metadata()
+                    .map_err(|e| StorageError::io(&idx, e))?
+                    .len();
+                assert_eq!(found, length, "a spare index has the configured capacity");
+            }
+        }
         let index = Index::writable(&idx_file, entries).map_err(|e| StorageError::io(&idx, e))?;
         let reader = File::open(&wal).map_err(|e| StorageError::io(&wal, e))?;
         let file_id = file_id(&reader).map_err(|e| StorageError::io(&wal, e))?;

@@ -15,7 +15,6 @@ use tracing::{info, warn};
 use super::rounds::{OVERLAP_MIN_PENDING_BYTES, SyncSlots, sync_files};
 use super::seal::SealFiles;
 use super::{PENDING_CAPACITY_MIN_BYTES, PartitionLog};
-use crate::storage::segment::Segment;
 use crate::storage::watch::Watch;
 use crate::storage::{FsyncPolicy, StorageError, open};
 
@@ -208,10 +207,15 @@ impl PartitionLog {
                 self.bump(|s| s.writes += 1);
                 crate::metrics::io::record_write_round(batches);
                 drop(st);
+                let written_to = position + len as u64;
                 if self.config.fsync == FsyncPolicy::Always {
-                    self.pre_extend(position + len as u64);
+                    self.pre_extend(written_to);
                 } else {
-                    self.write_back(position + len as u64);
+                    self.write_back(written_to);
+                }
+                if written_to >= self.config.segment_bytes / 2 {
+                    // Half full: the roll's files are made ahead (see `spare`).
+                    self.make_spare();
                 }
                 Ok(())
             }
@@ -340,9 +344,11 @@ impl PartitionLog {
             // Usually a no-op: the rounds synced what they wrote.
             self.sync_written().await?;
         }
-        // One seal at a time, so `sealed` in the recovery point moves up segment by segment.
+        // Seals run behind, up to a bound (back-pressure from a disk slower than the ingest).
         let started = Instant::now();
-        self.settle_seal().await?;
+        if self.seals_pending() >= super::seal::SEALS_PENDING_MAX {
+            self.settle_seal().await?;
+        }
         let seal_wait = started.elapsed();
         let base = {
             let mut st = self.state.borrow_mut();
@@ -367,24 +373,17 @@ impl PartitionLog {
             self.state.borrow_mut().segments.active_mut().seal();
         }
         let created = match trimmed {
-            Ok(files) => {
-                self.start_seal(files, base);
-                match Segment::create(
-                    &self.dir,
-                    base,
-                    self.config.index_entries,
-                    self.config.sync_slots(),
-                )
+            Ok(files) => self
+                .next_segment(base)
                 .await
-                {
-                    Ok(created) => self.sync_dir().await.map(|()| created),
-                    Err(e) => Err(e),
-                }
-            }
+                .map(|created| (created, files)),
             Err(e) => Err(e),
         };
         let created = match created {
-            Ok(created) => created,
+            Ok((created, files)) => {
+                self.start_seal(files, base);
+                created
+            }
             Err(error) => {
                 // The old segment is closed and no new one is writable: nothing can be
                 // appended until a restart reopens the log.

@@ -44,6 +44,7 @@
 //! - [`io`]: the I/O task (group commit, fsync, rolls, rollbacks, fencing), sync and close;
 //! - [`rounds`]: overlapping commit rounds under `always`, applied in issue order;
 //! - [`seal`]: a rolled segment's fdatasyncs, off the path of the next segment's batches;
+//! - [`spare`]: the next segment's files, made ahead of the roll;
 //! - [`read`]: read plans and reads;
 //! - [`maintenance`]: the narrow API compaction and retention change the segments through;
 //! - [`state`] and [`segments`]: the state and segment list those keep consistent.
@@ -65,6 +66,7 @@ mod read;
 mod rounds;
 mod seal;
 mod segments;
+mod spare;
 mod stage;
 mod state;
 #[cfg(test)]
@@ -121,6 +123,9 @@ pub struct PartitionLog {
     me: Weak<PartitionLog>,
     dir: PathBuf,
     directory: Directory,
+    /// The partition directory, for the blocking jobs that write in it (see
+    /// [`crate::storage::fs::write_file_durable_in`]).
+    dir_file: std::fs::File,
     config: LogConfig,
     state: RefCell<state::State>,
     /// An I/O round is in flight (see [`io::IoTurn`]).
@@ -139,6 +144,8 @@ pub struct PartitionLog {
     prealloc: prealloc::Prealloc,
     /// The seal of the segment rolled last (see [`seal`]).
     seal: seal::Seal,
+    /// The next segment's files (see [`spare`]).
+    spare: Rc<Cell<spare::Spare>>,
 }
 
 impl Drop for PartitionLog {
@@ -170,6 +177,7 @@ impl PartitionLog {
             me: me.clone(),
             dir,
             directory,
+            dir_file,
             config,
             state: RefCell::new(state),
             io_busy: Cell::new(false),
@@ -180,7 +188,8 @@ impl PartitionLog {
             checks: RefCell::new(checks),
             writeback: writeback::Writeback::default(),
             prealloc: prealloc::Prealloc::default(),
-            seal: seal::Seal::new(point, dir_file),
+            seal: seal::Seal::new(point),
+            spare: Rc::new(Cell::new(spare::Spare::Absent)),
         });
         log.prealloc.enable_for(&log.dir, log.config.fsync);
         log.start_io_task();

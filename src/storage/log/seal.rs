@@ -11,10 +11,12 @@
 //! most of a segment's bytes still dirty, up to a second and a half on a disk slower than
 //! the ingest, and every ack of the partition waited with it (docs/LATENCY.md, (h)).
 //!
-//! At most one seal runs per log: a roll waits for the one before it, so `sealed` only
-//! moves up, one segment at a time. Whatever makes later offsets durable waits for it
-//! first (`sync_written`: the `interval` sync, and close), so the durable watermark never
-//! passes a segment whose seal is not done. Under `always` the old segment's batches were
+//! Seals run one after the other: each one waits for the seal before it, so `sealed` only
+//! moves up, one segment at a time. A roll does not wait for them unless
+//! [`SEALS_PENDING_MAX`] are pending (a disk that stays slower than the ingest: back-pressure,
+//! and a bound on the dirty data of a partition). Whatever makes later offsets durable
+//! waits for every pending seal first (`sync_written`: the `interval` sync, and close), so
+//! the durable watermark never passes a segment whose seal is not done. Under `always` the old segment's batches were
 //! durable before the roll (its rounds synced them); its seal only makes the trims durable.
 //!
 //! # A crash while a seal runs
@@ -56,32 +58,41 @@ impl SealFiles {
     }
 }
 
+/// Seals started and not finished, at most, before a roll waits for them. At the default
+/// segment size that is 1 GiB of a partition's data on its way to the disk.
+pub(super) const SEALS_PENDING_MAX: usize = 4;
+
 /// Where sealing stands for one log.
 pub(super) struct Seal {
-    /// The seal of the last segment rolled, until someone waits for it (at most one).
+    /// The seal of the last segment rolled, until someone waits for it. It waits for the
+    /// seals before it, so waiting for it waits for them all.
     running: RefCell<Option<JoinHandle<Result<(), StorageError>>>>,
+    /// Seals started and not finished.
+    pending: Rc<Cell<usize>>,
     /// What `recovery-point` says now.
     point: Cell<RecoveryPoint>,
-    /// The partition directory, where the seal writes `recovery-point`.
-    dir: std::fs::File,
 }
 
 impl Seal {
-    /// `point`: the recovery point the open wrote; `dir`: the partition directory, open.
-    pub(super) fn new(point: RecoveryPoint, dir: std::fs::File) -> Seal {
+    /// `point`: the recovery point the open wrote.
+    pub(super) fn new(point: RecoveryPoint) -> Seal {
         Seal {
             running: RefCell::new(None),
+            pending: Rc::new(Cell::new(0)),
             point: Cell::new(point),
-            dir,
         }
     }
 }
 
 impl PartitionLog {
+    /// Seals started and not finished.
+    pub(super) fn seals_pending(&self) -> usize {
+        self.seal.pending.get()
+    }
+
     /// Starts the seal of the segment just closed, whose next segment begins at
-    /// `next_base`. The caller waited for the seal before it ([`Self::settle_seal`]).
+    /// `next_base`. It waits for the seal before it, if that one still runs.
     pub(super) fn start_seal(&self, files: SealFiles, next_base: u64) {
-        assert!(self.seal.running.borrow().is_none(), "one seal at a time");
         assert!(
             files.base_offset < next_base,
             "a sealed segment holds batches"
@@ -90,17 +101,36 @@ impl PartitionLog {
             .me
             .upgrade()
             .expect("a log rolls only while it is alive");
-        let job = glommio::spawn_local(async move { log.seal(files, next_base).await }).detach();
+        let previous = self.seal.running.borrow_mut().take();
+        let pending = Rc::clone(&self.seal.pending);
+        pending.set(pending.get() + 1);
+        let job = glommio::spawn_local(async move {
+            let sealed = match previous {
+                Some(previous) => match outcome(previous.await) {
+                    // A failed seal fenced the log: nothing after it is sealed.
+                    Ok(()) => log.seal(files, next_base).await,
+                    Err(error) => Err(error),
+                },
+                None => log.seal(files, next_base).await,
+            };
+            pending.set(pending.get() - 1);
+            sealed
+        })
+        .detach();
         *self.seal.running.borrow_mut() = Some(job);
     }
 
     async fn seal(&self, files: SealFiles, next_base: u64) -> Result<(), StorageError> {
         let started = std::time::Instant::now();
-        if let Err(error) = files.sync().await {
-            let reason = format!(
-                "fdatasync of segment {} failed while sealing it: {error}",
-                files.base_offset
-            );
+        // The next segment's files may have been renamed into place with no fsync of the
+        // directory (`super::spare`): that fsync makes them durable before anything counts
+        // on them.
+        let synced = match files.sync().await {
+            Ok(()) => self.sync_dir().await,
+            Err(error) => Err(StorageError::io(&self.dir, error)),
+        };
+        if let Err(error) = synced {
+            let reason = format!("sealing segment {} failed: {error}", files.base_offset);
             warn!(dir = %self.dir.display(), %reason, "partition fenced");
             self.state.borrow_mut().fence(reason.clone());
             self.progress.notify_all();
@@ -111,7 +141,7 @@ impl PartitionLog {
             opened: self.seal.point.get().opened,
             sealed: next_base,
         };
-        let written = match self.seal.dir.try_clone() {
+        let written = match self.dir_file.try_clone() {
             Ok(dir) => {
                 glommio::executor()
                     .spawn_blocking(move || open::write_recovery_point_in(&dir, point))
@@ -142,10 +172,15 @@ impl PartitionLog {
         let Some(job) = running else {
             return Ok(());
         };
-        job.await.unwrap_or_else(|| {
-            Err(StorageError::Fenced {
-                reason: "a segment's seal task was cancelled".into(),
-            })
-        })
+        outcome(job.await)
     }
+}
+
+/// A seal task's result: `None` if it was cancelled (its executor is ending).
+fn outcome(joined: Option<Result<(), StorageError>>) -> Result<(), StorageError> {
+    joined.unwrap_or_else(|| {
+        Err(StorageError::Fenced {
+            reason: "a segment's seal task was cancelled".into(),
+        })
+    })
 }
