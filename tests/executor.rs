@@ -13,6 +13,10 @@
 //! tests hold what that must not break: a task queue that keeps running is still told to
 //! yield, turn after turn, and an executor with nothing to do sleeps instead of spinning.
 //!
+//! It keeps the user timer a parked executor armed, too, while that one fires no later than
+//! the earliest timer due; two tests hold that a timer still fires when a sooner one is made
+//! or when the armed one is dropped unfired.
+//!
 //! Last, an executor about to park announces it with a fence instead of a `membarrier`
 //! (vendor/README.md): the last two tests hold that what another thread hands a parking
 //! executor always wakes it.
@@ -117,6 +121,72 @@ fn a_user_timer_armed_while_parked_is_not_kept_as_the_preempt_timer() {
         },
     );
     assert_eq!(turns, TURNS);
+}
+
+/// A preempt timer too slow to wake a parked executor within the tests' bounds: a preempt
+/// timer kept across a park (vendor/README.md) would otherwise wake it and hide a lost
+/// user timer.
+const SLOW_PREEMPT: Duration = Duration::from_secs(40);
+
+/// A parked executor keeps the user timer it armed while that one fires no later than the
+/// earliest timer due (vendor/README.md). A sooner timer made afterwards must still be armed
+/// in its place: here the executor parks with a minute-away timer armed, wakes for a
+/// blocking-pool job, then waits on a 50 ms timer with nothing else to wake it.
+#[test]
+fn a_sooner_timer_replaces_the_armed_one() {
+    on_executor(
+        SLOW_PREEMPT,
+        Duration::from_secs(20),
+        "a 50 ms timer did not fire: the executor slept on the minute-away timer armed before",
+        |executor| {
+            executor.run(async {
+                glommio::spawn_local(glommio::timer::sleep(Duration::from_secs(60))).detach();
+                glommio::executor()
+                    .spawn_blocking(|| std::thread::sleep(Duration::from_millis(20)))
+                    .await;
+                glommio::timer::sleep(Duration::from_millis(50)).await;
+            })
+        },
+    );
+}
+
+/// The other way round: the timer armed at a park is dropped unfired (a read that came in
+/// before its timeout), so the executor parks next with an earlier timer armed than it needs.
+/// It wakes for nothing when that fires, and must then arm the timer that is due.
+#[test]
+fn a_timer_still_fires_after_an_earlier_armed_one_was_dropped() {
+    let (slept, order) = on_executor(
+        SLOW_PREEMPT,
+        Duration::from_secs(20),
+        "a 300 ms timer did not fire after an earlier one armed for it was dropped",
+        |executor| {
+            executor.run(async {
+                let started = std::time::Instant::now();
+                let later = glommio::spawn_local(glommio::timer::sleep(Duration::from_millis(300)));
+                let dropped = glommio::timer::sleep(Duration::from_millis(100));
+                let job = glommio::executor()
+                    .spawn_blocking(|| std::thread::sleep(Duration::from_millis(20)));
+                let first = futures_lite::future::or(
+                    async {
+                        job.await;
+                        "job"
+                    },
+                    async {
+                        dropped.await;
+                        "timer"
+                    },
+                )
+                .await;
+                later.await;
+                (started.elapsed(), first)
+            })
+        },
+    );
+    assert_eq!(
+        order, "job",
+        "the 20 ms job finishes before the 100 ms timer"
+    );
+    assert!(slept >= Duration::from_millis(300), "slept {slept:?}");
 }
 
 #[test]

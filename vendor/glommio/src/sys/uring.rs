@@ -1224,6 +1224,10 @@ pub(crate) struct Reactor {
     latency_preemption_timeout_src: Cell<Option<Source>>,
     // pagurus: when the latency preemption timer above was armed (see `wait`).
     latency_preemption_armed_at: Cell<Option<std::time::Instant>>,
+    // pagurus: the user timer a parking executor armed on the latency ring, and when it
+    // fires; kept across parks while no earlier timer needs it (see `wait`).
+    user_timer_src: Cell<Option<Source>>,
+    user_timer_deadline: Cell<Option<std::time::Instant>>,
     throughput_preemption_timeout_src: Cell<Option<Source>>,
 
     link_fd: RawFd,
@@ -1356,6 +1360,8 @@ impl Reactor {
             poll_ring: RefCell::new(poll_ring),
             latency_preemption_timeout_src: Cell::new(None),
             latency_preemption_armed_at: Cell::new(None),
+            user_timer_src: Cell::new(None),
+            user_timer_deadline: Cell::new(None),
             throughput_preemption_timeout_src: Cell::new(None),
             blocking_thread,
             link_fd,
@@ -1827,13 +1833,11 @@ impl Reactor {
         // since it was armed rather than since this turn, so it may preempt once early;
         // that only makes a task queue yield sooner.
         //
-        // When parking, cancel the latency timer here, as 0.9.0 did on every call: there
-        // might be a timer registered that needs to be removed, otherwise we'll wake up
-        // when it expires; and its cancellation must be flushed and consumed below,
-        // before deciding to sleep.
-        if preempt_timer().is_none() {
-            drop(self.latency_preemption_timeout_src.take());
-        }
+        // 0.9.0 also cancelled the latency timer when parking, so that a sleeping executor
+        // would not wake when it expired. pagurus keeps it: an executor that parks and
+        // wakes on every request (one request in flight) otherwise cancels and re-arms it
+        // each time, two submissions per request. The price is one spurious wake-up at
+        // most a preempt period after a park; the timer is not re-armed while parked.
         let throughput = self.throughput_preemption_timeout_src.take();
         match throughput {
             Some(pending) if pending.result().is_none() => {
@@ -1872,11 +1876,27 @@ impl Reactor {
             // We are about to go to sleep. It's ok to sleep, but if there
             // is a timer set, we need to make sure we wake up to handle it.
             if let Some(dur) = user_timer {
-                self.latency_preemption_timeout_src
-                    .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
-                // pagurus: this one is the user timer, never to be kept as a preempt timer.
-                self.latency_preemption_armed_at.set(None);
-                assert!(flush_rings!(lat_ring)? > 0);
+                // pagurus: the user timer has a slot of its own (0.9.0 put it in the
+                // preempt timer's, and the next turn cancelled it), and stays armed while
+                // it fires no later than the earliest user timer now asks. A deadline that
+                // moves later with every request (a socket's read timeout) then arms it
+                // once, not once per park: it fires early, the loop finds nothing due,
+                // and it is armed again for what is due then.
+                let due = std::time::Instant::now() + dur;
+                let kept = self.user_timer_src.take().filter(|armed| {
+                    armed.result().is_none()
+                        && self.user_timer_deadline.get().is_some_and(|at| at <= due)
+                });
+                if kept.is_some() {
+                    self.user_timer_src.set(kept);
+                } else {
+                    // Dropping the later one above queued its cancellation.
+                    flush_cancellations!(into &mut 0; lat_ring);
+                    self.user_timer_src
+                        .set(Some(lat_ring.prepare_latency_preemption_timer(dur)));
+                    self.user_timer_deadline.set(Some(due));
+                    assert!(flush_rings!(lat_ring)? > 0);
+                }
             }
             // From this moment on the remote executors are aware that we are sleeping
             // We have to sweep the remote channels function once more because since
