@@ -354,6 +354,35 @@ fn render_io(out: &mut Out, cores: &[&CoreSnapshot]) {
             snapshot.io.fsync_errors,
         );
     }
+    out.family(
+        "pagurus_wal_writes_total",
+        Kind::Counter,
+        "WAL writes, by where they ran: inline (on the core's thread) or ring (io_uring).",
+    );
+    for snapshot in cores {
+        for (route, writes) in [
+            ("inline", snapshot.io.wal_writes_inline),
+            ("ring", snapshot.io.wal_writes_ring),
+        ] {
+            out.sample(
+                "pagurus_wal_writes_total",
+                &[("core", &snapshot.core), ("route", &route)],
+                writes,
+            );
+        }
+    }
+    out.family(
+        "pagurus_wal_inline_stalls_total",
+        Kind::Counter,
+        "Inline WAL writes slow enough to send the core's writes to io_uring for a while.",
+    );
+    for snapshot in cores {
+        out.sample(
+            "pagurus_wal_inline_stalls_total",
+            &[("core", &snapshot.core)],
+            snapshot.io.wal_inline_stalls,
+        );
+    }
     out.family_histogram(
         "pagurus_group_commit_batches",
         "Batches written per group-commit round (under fsync=always: made durable by one fsync).",

@@ -13,6 +13,9 @@ struct IoMetrics {
     fsync_us: Histogram<{ FSYNC_BOUNDS_US.len() }>,
     fsync_errors: std::cell::Cell<u64>,
     group_commit_batches: Histogram<{ GROUP_COMMIT_BOUNDS.len() }>,
+    wal_writes_inline: std::cell::Cell<u64>,
+    wal_writes_ring: std::cell::Cell<u64>,
+    wal_inline_stalls: std::cell::Cell<u64>,
 }
 
 thread_local! {
@@ -21,6 +24,9 @@ thread_local! {
             fsync_us: Histogram::new(&FSYNC_BOUNDS_US),
             fsync_errors: std::cell::Cell::new(0),
             group_commit_batches: Histogram::new(&GROUP_COMMIT_BOUNDS),
+            wal_writes_inline: std::cell::Cell::new(0),
+            wal_writes_ring: std::cell::Cell::new(0),
+            wal_inline_stalls: std::cell::Cell::new(0),
         }
     };
 }
@@ -41,6 +47,22 @@ pub fn record_write_round(batches: u64) {
     IO.with(|io| io.group_commit_batches.observe(batches));
 }
 
+/// Records one WAL write made on the executor thread (`storage::log::inline`), and whether
+/// it was slow enough to turn inline writes off.
+pub fn record_wal_write_inline(stalled: bool) {
+    IO.with(|io| {
+        io.wal_writes_inline.set(io.wal_writes_inline.get() + 1);
+        if stalled {
+            io.wal_inline_stalls.set(io.wal_inline_stalls.get() + 1);
+        }
+    });
+}
+
+/// Records one WAL write handed to io_uring.
+pub fn record_wal_write_ring() {
+    IO.with(|io| io.wal_writes_ring.set(io.wal_writes_ring.get() + 1));
+}
+
 /// This core's storage I/O metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IoSnapshot {
@@ -48,6 +70,9 @@ pub struct IoSnapshot {
     pub fsync_us: HistogramSnapshot,
     pub fsync_errors: u64,
     pub group_commit_batches: HistogramSnapshot,
+    pub wal_writes_inline: u64,
+    pub wal_writes_ring: u64,
+    pub wal_inline_stalls: u64,
 }
 
 pub fn snapshot() -> IoSnapshot {
@@ -55,6 +80,9 @@ pub fn snapshot() -> IoSnapshot {
         fsync_us: io.fsync_us.snapshot(),
         fsync_errors: io.fsync_errors.get(),
         group_commit_batches: io.group_commit_batches.snapshot(),
+        wal_writes_inline: io.wal_writes_inline.get(),
+        wal_writes_ring: io.wal_writes_ring.get(),
+        wal_inline_stalls: io.wal_inline_stalls.get(),
     })
 }
 
@@ -68,7 +96,14 @@ mod tests {
             record_fsync(Duration::from_micros(70), true);
             record_fsync(Duration::from_millis(3), false);
             record_write_round(5);
+            record_wal_write_inline(false);
+            record_wal_write_inline(true);
+            record_wal_write_ring();
             let s = snapshot();
+            assert_eq!(
+                (s.wal_writes_inline, s.wal_writes_ring, s.wal_inline_stalls),
+                (2, 1, 1)
+            );
             assert_eq!(s.fsync_us.count(), 2);
             assert_eq!(s.fsync_us.sum, 3_070);
             assert_eq!(s.fsync_errors, 1);

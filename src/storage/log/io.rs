@@ -12,6 +12,7 @@ use std::time::Instant;
 
 use tracing::{info, warn};
 
+use super::inline::{self, RingWrite, Route};
 use super::rounds::{OVERLAP_MIN_PENDING_BYTES, SyncSlots, sync_files};
 use super::seal::SealFiles;
 use super::{PENDING_CAPACITY_MIN_BYTES, PartitionLog};
@@ -194,7 +195,14 @@ impl PartitionLog {
             (buf, position, st.next_offset, wal, batches)
         };
         let len = buf.len();
-        let result = wal.write_at(buf, position).await;
+        let wal_busy = self.pre_extending() || self.writing_back();
+        let result = match inline::route(len, wal_busy) {
+            Route::Inline => inline::write(&wal, &buf, position).map_err(Into::into),
+            Route::Ring => {
+                let _in_flight = RingWrite::start();
+                wal.write_at(buf, position).await
+            }
+        };
         match result {
             Ok(written) if written == len => {
                 let mut st = self.state.borrow_mut();

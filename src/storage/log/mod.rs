@@ -59,6 +59,7 @@ use crate::storage::verify::Checks;
 use crate::storage::watch::Watch;
 use crate::storage::{FsyncPolicy, LogConfig, StorageError, open};
 
+mod inline;
 mod io;
 mod maintenance;
 mod prealloc;

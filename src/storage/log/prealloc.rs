@@ -207,6 +207,15 @@ impl PartitionLog {
         }
     }
 
+    /// Whether a job is writing zeros to the WAL now (one that only syncs the index is not).
+    pub(super) fn pre_extending(&self) -> bool {
+        self.prealloc
+            .shared
+            .running_from
+            .get()
+            .is_some_and(|from| from != u64::MAX)
+    }
+
     /// Waits until no pre-extension job is running, so a test's next fdatasync is a round's.
     #[doc(hidden)]
     pub async fn settle_pre_extension(&self) {

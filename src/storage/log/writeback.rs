@@ -57,6 +57,11 @@ impl Writeback {
 }
 
 impl PartitionLog {
+    /// Whether a write-out job is on the blocking pool now.
+    pub(super) fn writing_back(&self) -> bool {
+        self.writeback.running.get()
+    }
+
     /// After a write that ended at WAL position `written_to` of the active segment: start
     /// the next window's write-out if a whole window is waiting and no job is running.
     pub(super) fn write_back(&self, written_to: u64) {
