@@ -328,6 +328,11 @@ fn scrape_reports_traffic_and_lag_follows_the_consumer() {
     assert!((1.0..=20.0).contains(&fsyncs), "fsyncs {fsyncs}");
     assert!(m.sum("pagurus_fsync_duration_seconds_sum", &[]) > 0.0);
     assert_eq!(m.sum("pagurus_fsync_errors_total", &[]), 0.0);
+    // Each round made one WAL write, inline or through io_uring (`storage::log::inline`).
+    assert_eq!(
+        m.sum("pagurus_wal_writes_total", &[]),
+        m.sum("pagurus_group_commit_batches_count", &[])
+    );
     assert!(m.sum("pagurus_connections_accepted_total", &[]) >= 1.0);
     assert!(m.sum("pagurus_connections_open", &[]) >= 1.0, "our client");
     // The scrape itself asked core 1 over the mesh.
