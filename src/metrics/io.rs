@@ -16,6 +16,8 @@ struct IoMetrics {
     wal_writes_inline: std::cell::Cell<u64>,
     wal_writes_ring: std::cell::Cell<u64>,
     wal_inline_stalls: std::cell::Cell<u64>,
+    commit_rounds_wal: std::cell::Cell<u64>,
+    commit_rounds_wal_idx: std::cell::Cell<u64>,
 }
 
 thread_local! {
@@ -27,6 +29,8 @@ thread_local! {
             wal_writes_inline: std::cell::Cell::new(0),
             wal_writes_ring: std::cell::Cell::new(0),
             wal_inline_stalls: std::cell::Cell::new(0),
+            commit_rounds_wal: std::cell::Cell::new(0),
+            commit_rounds_wal_idx: std::cell::Cell::new(0),
         }
     };
 }
@@ -63,6 +67,19 @@ pub fn record_wal_write_ring() {
     IO.with(|io| io.wal_writes_ring.set(io.wal_writes_ring.get() + 1));
 }
 
+/// Records one commit round under `fsync = always`, by what its fdatasync covers: the
+/// `.wal` alone (its index entries in the index journal) or `.wal` and `.idx`.
+pub fn record_commit_round(wal_only: bool) {
+    IO.with(|io| {
+        let counter = if wal_only {
+            &io.commit_rounds_wal
+        } else {
+            &io.commit_rounds_wal_idx
+        };
+        counter.set(counter.get() + 1);
+    });
+}
+
 /// This core's storage I/O metrics.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IoSnapshot {
@@ -73,6 +90,8 @@ pub struct IoSnapshot {
     pub wal_writes_inline: u64,
     pub wal_writes_ring: u64,
     pub wal_inline_stalls: u64,
+    pub commit_rounds_wal: u64,
+    pub commit_rounds_wal_idx: u64,
 }
 
 pub fn snapshot() -> IoSnapshot {
@@ -83,6 +102,8 @@ pub fn snapshot() -> IoSnapshot {
         wal_writes_inline: io.wal_writes_inline.get(),
         wal_writes_ring: io.wal_writes_ring.get(),
         wal_inline_stalls: io.wal_inline_stalls.get(),
+        commit_rounds_wal: io.commit_rounds_wal.get(),
+        commit_rounds_wal_idx: io.commit_rounds_wal_idx.get(),
     })
 }
 

@@ -17,6 +17,7 @@
 pub mod compaction;
 pub mod fs;
 pub mod index;
+pub mod index_journal;
 pub mod log;
 pub mod marker;
 pub mod open;
@@ -98,6 +99,10 @@ pub struct LogConfig {
     pub index_entries: u32,
     pub fsync: FsyncPolicy,
     pub limits: Limits,
+    /// Under `always`, a round that runs alone fdatasyncs the `.wal` alone, its index
+    /// entries copied into the `.wal`'s index journal (`index_journal`). Off: every round
+    /// fdatasyncs both files (tests of two-file rounds; comparisons).
+    pub index_journal: bool,
 }
 
 impl Default for LogConfig {
@@ -108,6 +113,7 @@ impl Default for LogConfig {
             index_entries: 256 * 1024,
             fsync: FsyncPolicy::Always,
             limits: Limits::default(),
+            index_journal: true,
         }
     }
 }
@@ -120,6 +126,20 @@ impl LogConfig {
         match self.fsync {
             FsyncPolicy::Always => log::ROUNDS_IN_FLIGHT_MAX,
             _ => 1,
+        }
+    }
+
+    /// How the active segment of a log in `dir` writes: its sync slots, and under `always`
+    /// (not on tmpfs, where nothing is flushed) the index journal of a single-flush round
+    /// (`index_journal`).
+    pub(crate) fn writer_setup(&self, dir: &std::path::Path) -> segment::WriterSetup {
+        let tmpfs = nix::sys::statfs::statfs(dir)
+            .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+            .unwrap_or(false);
+        segment::WriterSetup {
+            sync_slots: self.sync_slots(),
+            journal: (self.index_journal && self.fsync == FsyncPolicy::Always && !tmpfs)
+                .then_some(self.segment_bytes),
         }
     }
 

@@ -42,7 +42,7 @@ use std::path::Path;
 use tracing::{error, info, warn};
 
 use crate::storage::fs::{self as fs_durable, create_dir_durable, map, sync_dir};
-use crate::storage::index::ENTRY_LEN;
+use crate::storage::index::{ENTRY_LEN, IndexEntry};
 use crate::storage::recovery::{self, ScanOutcome};
 use crate::storage::segment::{self, Segment, idx_path, wal_path};
 use crate::storage::verify::{self, Checks};
@@ -174,7 +174,7 @@ pub async fn open_segments(
                 recovered.entries,
                 recovered.size_bytes,
                 (config.index_entries, segment::IndexLength::SyncNow),
-                config.sync_slots(),
+                config.writer_setup(dir),
                 None,
             )
             .await?;
@@ -182,7 +182,8 @@ pub async fn open_segments(
         }
     }
     if segments.is_empty() {
-        segments.push(Segment::create(dir, 0, config.index_entries, config.sync_slots()).await?);
+        segments
+            .push(Segment::create(dir, 0, config.index_entries, config.writer_setup(dir)).await?);
         sync_dir(dir)?;
     }
     let active_base = segments.last().expect("at least one segment").base_offset;
@@ -373,57 +374,53 @@ fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovere
             Some(f) => Some(read_index_data(f, idx_len).map_err(|e| StorageError::io(&idx, e))?),
             None => None,
         };
-        recovery::scan_segment(
+        let known_zeros =
+            hole_before_region(&wal_file, wal_len).map_err(|e| StorageError::io(&wal, e))?;
+        recovery::scan_sparse_segment(
             base,
             wal_map.as_deref().unwrap_or(&[]),
             idx_bytes.as_deref(),
+            known_zeros,
             &config.limits,
         )
     };
     report(dir, base, wal_len, idx_file.is_some(), &outcome);
 
     let idx_exact = (outcome.entries.len() * ENTRY_LEN) as u64;
-    if outcome.wal_len_valid != wal_len {
+    let cut_wal = |wal_file: &File| {
+        if outcome.wal_len_valid == wal_len {
+            return Ok(());
+        }
         wal_file
             .set_len(outcome.wal_len_valid)
             .and_then(|()| wal_file.sync_data())
-            .map_err(|e| StorageError::io(&wal, e))?;
-    }
-    if !outcome.is_clean(wal_len) || idx_file.is_none() || idx_len != idx_exact {
-        let file = match idx_file {
-            Some(file) => file,
-            None => OpenOptions::new()
+            .map_err(|e| StorageError::io(&wal, e))
+    };
+    let fix_idx = !outcome.is_clean(wal_len) || idx_file.is_none() || idx_len != idx_exact;
+    match idx_file {
+        Some(file) if fix_idx => {
+            // Entries first, the WAL cut second: the cut also removes the WAL's index
+            // journal, which may be the only durable copy of entries rebuilt here.
+            repair_index(&file, &idx, idx_len, &outcome.entries, || {
+                cut_wal(&wal_file)
+            })?;
+            sync_dir(dir)?;
+        }
+        Some(_) => cut_wal(&wal_file)?,
+        None => {
+            // No index: cut the WAL first, or a crash before the new index is durable would
+            // leave the cut bytes to be rebuilt and trusted (a missing slot is).
+            cut_wal(&wal_file)?;
+            let file = OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
                 .truncate(true)
                 .open(&idx)
-                .map_err(|e| StorageError::io(&idx, e))?,
-        };
-        let mut bytes = vec![0u8; outcome.entries.len() * ENTRY_LEN];
-        for (slot, entry) in bytes.chunks_exact_mut(ENTRY_LEN).zip(&outcome.entries) {
-            entry.encode(slot);
+                .map_err(|e| StorageError::io(&idx, e))?;
+            repair_index(&file, &idx, 0, &outcome.entries, || Ok(()))?;
+            sync_dir(dir)?;
         }
-        // Usually the kept entries are already the file's first bytes (after kill -9 the
-        // index only has extra slots): then cutting it is enough, and needs no free space, so
-        // a broker can restart on a full disk.
-        let mut head = vec![0u8; bytes.len()];
-        let is_prefix =
-            idx_len >= idx_exact && file.read_exact_at(&mut head, 0).is_ok() && head == bytes;
-        // Otherwise write the entries over the old ones before cutting: a crash in between
-        // leaves every slot either as it was or as it must be, never a kept entry zeroed
-        // (which the next scan would take for one that never became durable).
-        let rewrite = if is_prefix {
-            file.set_len(idx_exact)
-        } else {
-            file.write_all_at(&bytes, 0)
-                .and_then(|()| file.sync_data())
-                .and_then(|()| file.set_len(idx_exact))
-        };
-        rewrite
-            .and_then(|()| file.sync_data())
-            .map_err(|e| StorageError::io(&idx, e))?;
-        sync_dir(dir)?;
     }
     Ok(Recovered {
         entries: outcome.entries.len(),
@@ -431,6 +428,68 @@ fn scan_and_repair(dir: &Path, base: u64, config: &LogConfig) -> Result<Recovere
         next_offset: outcome.next_offset,
         was_cut: outcome.cut.is_some() || outcome.entries_dropped > 0,
     })
+}
+
+/// Makes the index file hold exactly `entries`: writes them over the old slots (unless they
+/// are already its first bytes) and syncs, runs `between` (the WAL's cut), then cuts the
+/// file to them and syncs again. A crash anywhere leaves every slot either as it was or as it
+/// must be, never a kept entry zeroed (which the next scan would take for one that never
+/// became durable).
+fn repair_index(
+    file: &File,
+    path: &Path,
+    len: u64,
+    entries: &[IndexEntry],
+    between: impl FnOnce() -> Result<(), StorageError>,
+) -> Result<(), StorageError> {
+    let io = |e| StorageError::io(path, e);
+    let mut bytes = vec![0u8; entries.len() * ENTRY_LEN];
+    for (slot, entry) in bytes.chunks_exact_mut(ENTRY_LEN).zip(entries) {
+        entry.encode(slot);
+    }
+    // Usually the kept entries are already the file's first bytes (after kill -9 the index
+    // only has extra slots): then cutting it is enough, and needs no free space, so a broker
+    // can restart on a full disk.
+    let mut head = vec![0u8; bytes.len()];
+    let exact = bytes.len() as u64;
+    let is_prefix = len >= exact && file.read_exact_at(&mut head, 0).is_ok() && head == bytes;
+    if !is_prefix {
+        file.write_all_at(&bytes, 0)
+            .and_then(|()| file.sync_data())
+            .map_err(io)?;
+    }
+    between()?;
+    file.set_len(exact)
+        .and_then(|()| file.sync_data())
+        .map_err(io)
+}
+
+/// The hole that ends where a WAL of `len` bytes would hold its index journal's region
+/// (`index_journal`): from the end of the last data extent before it. Empty when the file
+/// system cannot tell holes from data.
+fn hole_before_region(file: &File, len: u64) -> std::io::Result<std::ops::Range<usize>> {
+    use nix::unistd::{Whence, lseek};
+    let limit = len.saturating_sub(crate::storage::index_journal::REGION_BYTES);
+    let limit_i = i64::try_from(limit).unwrap_or(i64::MAX);
+    let mut data_end = 0i64;
+    let mut at = 0i64;
+    while at < limit_i {
+        let data = match lseek(file, at, Whence::SeekData) {
+            Ok(data) => data,
+            Err(nix::errno::Errno::ENXIO) => break,
+            Err(nix::errno::Errno::EINVAL) => return Ok(0..0),
+            Err(e) => return Err(e.into()),
+        };
+        if data >= limit_i {
+            break;
+        }
+        let hole = lseek(file, data, Whence::SeekHole)?;
+        data_end = hole.min(limit_i);
+        at = hole;
+    }
+    let start = usize::try_from(data_end).expect("a mapped file fits memory");
+    let end = usize::try_from(limit).expect("a mapped file fits memory");
+    Ok(start..end)
 }
 
 /// The bytes of an index file up to the end of its last data extent. An active index is

@@ -30,8 +30,14 @@
 //!   record count, running max timestamp, and the CRC32C of the bytes); or
 //!   An exact entry also vouches for a jump in offsets (compaction leaves gaps); or
 //! - its index slot lies past the end of the `.idx` (the file is short, or was deleted):
-//!   the entry is rebuilt from the WAL, as DESIGN.md asks. The CRC cannot be checked against
-//!   anything here; a structurally valid batch that continues the offsets is trusted.
+//!   the entry is rebuilt from the WAL. The CRC cannot be checked against anything here; a
+//!   structurally valid batch that continues the offsets is trusted.
+//!
+//! Under `always` an empty or missing slot may be held by the `.wal`'s index journal
+//! (`storage::index_journal`): the copy of the entry that a commit round made durable with
+//! its batch, through one fdatasync of the `.wal`. Such an entry counts as the slot's: the
+//! batch is kept if it agrees exactly (and the entry is rebuilt into the `.idx`), and cut
+//! (`Unindexed`) if not, since then the round that wrote the entry never completed.
 //!
 //! A slot *inside* the `.idx` that reads as empty is different: the file reached that slot
 //! (it is extended to its capacity when the segment becomes active), but the entry never
@@ -45,11 +51,13 @@
 //! that holds an entry which disagrees with its batch stops the walk too: the two disagree,
 //! so one of them is damaged, and serving the batch could serve corrupt data. Index entries
 //! past the last kept batch are dropped. Zeros from the last kept batch to the end of the
-//! file are pre-extended space: the log ends there, with no cut (`zero_tail_bytes`).
+//! file (or to the journal's region) are pre-extended space: the log ends there, with no
+//! cut (`zero_tail_bytes`, which counts the region too).
 
 use crate::limits::Limits;
 use crate::protocol::record::{self, RecordError};
 use crate::storage::index::{ENTRY_LEN, IndexEntry};
+use crate::storage::index_journal;
 
 /// Why the scan stopped before the end of the WAL.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,6 +106,9 @@ pub struct ScanOutcome {
 /// An index slot as the scanner finds it.
 enum Slot {
     Entry(IndexEntry),
+    /// Empty or missing in the `.idx`, held by the `.wal`'s index journal
+    /// (`storage::index_journal`): a round made it durable with its batch.
+    Journal(IndexEntry),
     /// Inside the file, all zeros: the entry never reached the disk.
     Empty,
     /// Past the end of the file (or no file): the index was lost or cut short.
@@ -126,9 +137,29 @@ pub fn scan_segment(
     idx: Option<&[u8]>,
     limits: &Limits,
 ) -> ScanOutcome {
+    scan_sparse_segment(base_offset, wal, idx, 0..0, limits)
+}
+
+/// [`scan_segment`], told that the WAL's bytes in `known_zeros` read as zeros (a hole:
+/// an active WAL is extended sparsely to its index journal's region, hundreds of MiB past
+/// the batches), so the check for a zero tail need not read them.
+pub fn scan_sparse_segment(
+    base_offset: u64,
+    wal: &[u8],
+    idx: Option<&[u8]>,
+    known_zeros: std::ops::Range<usize>,
+    limits: &Limits,
+) -> ScanOutcome {
+    let zeros = |from: usize, to: usize| {
+        let (a, b) = (
+            known_zeros.start.clamp(from, to),
+            known_zeros.end.clamp(from, to),
+        );
+        wal[from..a].iter().all(|&b| b == 0) && wal[b..to].iter().all(|&b| b == 0)
+    };
     let idx = idx.unwrap_or(&[]);
     let slots = idx.len() / ENTRY_LEN;
-    let slot = |i: usize| -> Slot {
+    let idx_slot = |i: usize| -> Slot {
         if i >= slots {
             return Slot::Missing;
         }
@@ -138,6 +169,20 @@ pub fn scan_segment(
         } else {
             Slot::Entry(IndexEntry::decode(bytes))
         }
+    };
+    let journal = index_journal::find(wal);
+    let slot = |i: usize| -> Slot {
+        match (idx_slot(i), &journal) {
+            (Slot::Empty | Slot::Missing, Some((_, record))) if record.entry(i).is_some() => {
+                Slot::Journal(record.entry(i).expect("checked"))
+            }
+            (found, _) => found,
+        }
+    };
+    // The log ends at zeros that run to the end of the file, or to the journal's region.
+    let zeros_end = |position: usize| match &journal {
+        Some((region, _)) if position <= *region as usize => *region as usize,
+        _ => wal.len(),
     };
 
     let mut entries = Vec::new();
@@ -149,7 +194,7 @@ pub fn scan_segment(
 
     while position < wal.len() {
         let at = position as u64;
-        if wal[position] == 0 && wal[position..].iter().all(|&b| b == 0) {
+        if zeros(position, zeros_end(position)) {
             // Pre-extended space (or a torn write's zeros) past the last batch: the end of
             // the log, not a damaged batch.
             break;
@@ -204,6 +249,7 @@ pub fn scan_segment(
             // Compaction leaves offset gaps inside a segment; an entry that matches the bytes
             // exactly, CRC included, vouches for the jump.
             Slot::Entry(stored) if stored == entry => {}
+            Slot::Journal(stored) if stored == entry => entries_rebuilt += 1,
             Slot::Entry(_) => {
                 cut = Some(CutReason::IndexMismatch {
                     position: at,
@@ -214,7 +260,9 @@ pub fn scan_segment(
             // The index file reaches this slot but the entry never became durable, so no
             // sync covered the batch either: it was never promised. Its bytes may be torn
             // (a valid header over zeros), which nothing here could tell.
-            Slot::Empty => {
+            // The journal's round wrote a different batch here: its write never completed,
+            // so the round was never acknowledged.
+            Slot::Journal(_) | Slot::Empty => {
                 cut = Some(CutReason::Unindexed {
                     position: at,
                     offset: header.offset,
@@ -233,7 +281,7 @@ pub fn scan_segment(
     }
 
     let entries_dropped = (entries.len()..slots)
-        .filter(|&i| matches!(slot(i), Slot::Entry(_)))
+        .filter(|&i| matches!(idx_slot(i), Slot::Entry(_)))
         .count();
     let zero_tail_bytes = if cut.is_none() {
         (wal.len() - position) as u64
@@ -353,6 +401,69 @@ mod tests {
         let out = scan_segment(0, &wal, Some(&idx[..ENTRY_LEN]), &Limits::default());
         assert_eq!(out.entries.len(), 2);
         assert_eq!(out.entries_rebuilt, 1);
+    }
+
+    /// `wal` extended with zeros and an index journal region holding one record of
+    /// `entries` from slot `first` (as a round under `always` leaves it).
+    fn with_journal(wal: &[u8], first: u32, entries: &[IndexEntry]) -> Vec<u8> {
+        let region = index_journal::region_at(8192, 0);
+        let mut out = wal.to_vec();
+        out.resize((region + index_journal::REGION_BYTES) as usize, 0);
+        let mut record = Vec::new();
+        index_journal::encode(7, first, entries.iter().copied(), &mut record);
+        let at = index_journal::slot_at(region, 7) as usize;
+        out[at..at + record.len()].copy_from_slice(&record);
+        out
+    }
+
+    fn entries_of(idx: &[u8]) -> Vec<IndexEntry> {
+        idx.chunks_exact(ENTRY_LEN)
+            .map(IndexEntry::decode)
+            .collect()
+    }
+
+    #[test]
+    fn the_journal_vouches_for_batches_whose_entries_never_reached_the_idx() {
+        let (wal, idx) = segment(&[(b"one", 1), (b"two", 1), (b"three", 2)], 0);
+        let journaled = with_journal(&wal, 1, &entries_of(&idx)[1..]);
+        let mut durable = idx[..ENTRY_LEN].to_vec();
+        durable.resize(64 * ENTRY_LEN, 0);
+        let out = scan_segment(0, &journaled, Some(&durable), &Limits::default());
+        assert_eq!(out.entries, entries_of(&idx));
+        assert_eq!((out.cut, out.entries_rebuilt), (None, 2));
+        assert_eq!(out.wal_len_valid, wal.len() as u64);
+        assert_eq!(out.zero_tail_bytes, (journaled.len() - wal.len()) as u64);
+        // Without the journal the same files lose the two batches.
+        let out = scan_segment(0, &wal, Some(&durable), &Limits::default());
+        assert_eq!(out.entries.len(), 1);
+    }
+
+    #[test]
+    fn a_batch_that_disagrees_with_its_journal_entry_is_cut() {
+        let (wal, idx) = segment(&[(b"one", 1), (b"two", 1), (b"three", 2)], 0);
+        let mut journaled = with_journal(&wal, 1, &entries_of(&idx)[1..]);
+        // The last batch's payload never made it to the disk.
+        let last = wal.len() - 5;
+        journaled[last..wal.len()].fill(0);
+        let mut durable = idx[..ENTRY_LEN].to_vec();
+        durable.resize(64 * ENTRY_LEN, 0);
+        let out = scan_segment(0, &journaled, Some(&durable), &Limits::default());
+        assert_eq!(out.entries, entries_of(&idx)[..2]);
+        assert!(matches!(
+            out.cut,
+            Some(CutReason::Unindexed { offset: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn bytes_that_look_like_a_journal_inside_a_batch_are_walked_as_the_batch() {
+        // A sealed segment whose last payload happens to end in a valid journal region.
+        let region = with_journal(&[], 0, &[]);
+        let (wal, idx) = segment(&[(b"one", 1), (&region, 1)], 0);
+        assert!(index_journal::find(&wal).is_some());
+        let out = scan_segment(0, &wal, Some(&idx), &Limits::default());
+        assert!(out.is_clean(wal.len() as u64));
+        assert_eq!(out.entries.len(), 2);
     }
 
     #[test]

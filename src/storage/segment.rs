@@ -16,6 +16,7 @@ use glommio::io::{BufferedFile, OpenOptions as GlommioOpenOptions};
 
 use crate::storage::StorageError;
 use crate::storage::index::{ENTRY_LEN, Index, IndexEntry};
+use crate::storage::index_journal::{self, Journal};
 
 /// File name of a segment's WAL.
 pub fn wal_path(dir: &Path, base_offset: u64) -> PathBuf {
@@ -89,6 +90,28 @@ pub fn file_id(file: &File) -> std::io::Result<FileId> {
     Ok((meta.dev(), meta.ino()))
 }
 
+/// Extends the `.wal` (holding `size_bytes` of batches) with zeros up to the end of an index
+/// journal region at `region_at`. Sparse, and not synced here: the first round that writes a
+/// record fdatasyncs the `.wal`, which makes the length durable with it. Bytes past the
+/// batches are cut first, so no record of an earlier life of the file survives (recovery and
+/// close cut them already; this holds whatever opened the file).
+pub(crate) async fn make_region(
+    wal: &BufferedFile,
+    path: &Path,
+    size_bytes: u64,
+    region_at: u64,
+) -> Result<(), StorageError> {
+    assert!(region_at >= size_bytes, "the region lies past the batches");
+    let io = |e: glommio::GlommioError<()>| StorageError::io(path, e.into());
+    let len = wal.file_size().await.map_err(io)?;
+    if len > size_bytes {
+        wal.truncate(size_bytes).await.map_err(io)?;
+    }
+    wal.truncate(region_at + index_journal::REGION_BYTES)
+        .await
+        .map_err(io)
+}
+
 /// A descriptor of `path` of its own, only for fdatasync (which works on a read-only one).
 async fn open_for_sync(path: &Path) -> Result<BufferedFile, StorageError> {
     GlommioOpenOptions::new()
@@ -107,6 +130,18 @@ pub(crate) struct Writer {
     /// descriptors of its own (its own open file descriptions, so the kernel reports each
     /// write-back error to every slot), opened with these, before anything is written.
     pub sync_files: Vec<SyncFiles>,
+    /// The index journal in the `.wal` (`storage::index_journal`): under `always`, not on
+    /// tmpfs.
+    pub journal: Option<Journal>,
+}
+
+/// How an active segment's writer is set up (from the log's config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WriterSetup {
+    /// Descriptor pairs kept for commit rounds in flight (see [`Writer`]).
+    pub sync_slots: usize,
+    /// With an index journal: the segment size limit, which its region lies past.
+    pub journal: Option<u64>,
 }
 
 /// The `.wal` and `.idx` descriptors one commit round fdatasyncs.
@@ -141,7 +176,7 @@ impl Segment {
         dir: &Path,
         base_offset: u64,
         index_entries: u32,
-        sync_slots: usize,
+        setup: WriterSetup,
     ) -> Result<Segment, StorageError> {
         let wal = wal_path(dir, base_offset);
         let writer_wal = GlommioOpenOptions::new()
@@ -166,7 +201,7 @@ impl Segment {
             0,
             0,
             (index_entries, IndexLength::SyncNow),
-            sync_slots,
+            setup,
             Some(writer_wal),
         )
         .await
@@ -181,7 +216,7 @@ impl Segment {
         dir_file: &File,
         base_offset: u64,
         index_entries: u32,
-        sync_slots: usize,
+        setup: WriterSetup,
     ) -> Result<Segment, StorageError> {
         let (wal, idx) = (wal_path(dir, base_offset), idx_path(dir, base_offset));
         for (from, to) in [(SPARE_IDX, &idx), (SPARE_WAL, &wal)] {
@@ -202,7 +237,7 @@ impl Segment {
             0,
             0,
             (index_entries, IndexLength::Durable),
-            sync_slots,
+            setup,
             None,
         )
         .await
@@ -218,7 +253,7 @@ impl Segment {
         entries: usize,
         size_bytes: u64,
         (index_entries, index_length): (u32, IndexLength),
-        sync_slots: usize,
+        setup: WriterSetup,
         wal_writer: Option<BufferedFile>,
     ) -> Result<Segment, StorageError> {
         let wal = wal_path(dir, base_offset);
@@ -243,7 +278,7 @@ impl Segment {
             wal: Rc::clone(&wal_writer),
             idx: Rc::clone(&idx_writer),
         }];
-        for _ in 1..sync_slots {
+        for _ in 1..setup.sync_slots {
             sync_files.push(SyncFiles {
                 wal: Rc::new(open_for_sync(&wal).await?),
                 idx: Rc::new(open_for_sync(&idx).await?),
@@ -281,6 +316,14 @@ impl Segment {
         let index = Index::writable(&idx_file, entries).map_err(|e| StorageError::io(&idx, e))?;
         let reader = File::open(&wal).map_err(|e| StorageError::io(&wal, e))?;
         let file_id = file_id(&reader).map_err(|e| StorageError::io(&wal, e))?;
+        let journal = match setup.journal {
+            Some(segment_bytes) => {
+                let region_at = index_journal::region_at(segment_bytes, size_bytes);
+                make_region(&wal_writer, &wal, size_bytes, region_at).await?;
+                Some(Journal::new(region_at))
+            }
+            None => None,
+        };
         Ok(Segment {
             file_id,
             base_offset,
@@ -293,6 +336,7 @@ impl Segment {
                 wal: wal_writer,
                 idx: idx_writer,
                 sync_files,
+                journal,
             }),
             opened_at: Instant::now(),
             dir: dir.to_path_buf(),
@@ -406,7 +450,17 @@ mod tests {
         let path = dir.path().to_path_buf();
         glommio::LocalExecutorBuilder::default()
             .spawn(move || async move {
-                let segment = Segment::create(&path, 0, 64, 3).await.unwrap();
+                let segment = Segment::create(
+                    &path,
+                    0,
+                    64,
+                    WriterSetup {
+                        sync_slots: 3,
+                        journal: None,
+                    },
+                )
+                .await
+                .unwrap();
                 let writer = segment.writer.as_ref().unwrap();
                 let fds: Vec<(i32, i32)> = writer
                     .sync_files

@@ -6,7 +6,7 @@ use crate::metrics::snapshot::CoreSnapshot;
 pub(super) fn render_io(out: &mut Out, cores: &[&CoreSnapshot]) {
     out.family_histogram(
         "pagurus_fsync_duration_seconds",
-        "Time of one data fsync round (a segment's .wal and .idx together, offsets logs included).",
+        "Time of one data fsync round (a segment's .wal, or .wal and .idx together; offsets logs included).",
     );
     for snapshot in cores {
         out.histogram(
@@ -56,6 +56,23 @@ pub(super) fn render_io(out: &mut Out, cores: &[&CoreSnapshot]) {
             &[("core", &snapshot.core)],
             snapshot.io.wal_inline_stalls,
         );
+    }
+    out.family(
+        "pagurus_commit_rounds_total",
+        Kind::Counter,
+        "Commit rounds under fsync=always, by what one fdatasync made durable: wal (the index entries in the WAL's index journal) or wal_idx (both files).",
+    );
+    for snapshot in cores {
+        for (files, rounds) in [
+            ("wal", snapshot.io.commit_rounds_wal),
+            ("wal_idx", snapshot.io.commit_rounds_wal_idx),
+        ] {
+            out.sample(
+                "pagurus_commit_rounds_total",
+                &[("core", &snapshot.core), ("files", &files)],
+                rounds,
+            );
+        }
     }
     out.family_histogram(
         "pagurus_group_commit_batches",

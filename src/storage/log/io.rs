@@ -13,7 +13,8 @@ use std::time::Instant;
 use tracing::{info, warn};
 
 use super::inline::{self, RingWrite, Route};
-use super::rounds::{OVERLAP_MIN_PENDING_BYTES, SyncSlots, sync_files};
+use super::journal::sync_round;
+use super::rounds::{OVERLAP_MIN_PENDING_BYTES, SyncSlots};
 use super::seal::SealFiles;
 use super::{PENDING_CAPACITY_MIN_BYTES, PartitionLog};
 use crate::storage::watch::Watch;
@@ -75,7 +76,7 @@ impl PartitionLog {
                     {
                         let round = if log.config.fsync == FsyncPolicy::Always {
                             let slots = slots.get_or_insert_with(SyncSlots::new);
-                            log.commit_rounds(slots, sync_files).await
+                            log.commit_rounds(slots, sync_round).await
                         } else {
                             log.run_io().await
                         };
@@ -237,10 +238,7 @@ impl PartitionLog {
                 };
                 self.roll_back_unwritten(position, error.kind());
                 // Cut whatever part of the write did land, so the file ends where the log does.
-                if let Err(e) = wal.truncate(position).await {
-                    warn!(dir = %self.dir.display(), error = %e, "could not cut a failed write");
-                }
-                self.prealloc_cut(position);
+                self.cut_wal(&wal, position).await;
                 Err(StorageError::io(&self.dir, error))
             }
         }
@@ -267,6 +265,50 @@ impl PartitionLog {
         st.rollbacks.push(written, kind);
         st.assert_watermarks();
         warn!(dir = %self.dir.display(), from_offset = written, ?kind, "write failed; unwritten batches rolled back");
+    }
+
+    /// Truncates the active `.wal` at `position` (a failed write's start, or the durable
+    /// watermark after a failed sync); true if it did. With an index journal, the cut takes
+    /// the journal's region with it, which may hold the only durable copy of acknowledged
+    /// batches' entries: so the `.idx` is synced first, and the region is made again after.
+    /// If the `.idx` cannot be synced, the `.wal` is left as it is and the log fenced: the
+    /// next open judges the files.
+    async fn cut_wal(&self, wal: &glommio::io::BufferedFile, position: u64) -> bool {
+        let (idx, region_at, idx_entries) = {
+            let st = self.state.borrow();
+            let writer = st.active_writer();
+            let entries = st.segments.active().index.len();
+            (
+                Rc::clone(&writer.idx),
+                writer.journal.as_ref().map(|j| j.region_at),
+                entries,
+            )
+        };
+        if region_at.is_some() {
+            if let Err(error) = idx.fdatasync().await {
+                let reason = format!("index fdatasync failed: {error}");
+                warn!(dir = %self.dir.display(), %reason, "partition fenced; the WAL is not cut");
+                self.state.borrow_mut().fence(reason);
+                return false;
+            }
+            self.idx_synced_to(idx_entries.min(self.written_entries()));
+        }
+        if let Err(error) = wal.truncate(position).await {
+            warn!(dir = %self.dir.display(), %error, "could not cut the WAL");
+            return false;
+        }
+        self.prealloc_cut(position);
+        if let Some(region_at) = region_at
+            && let Err(error) =
+                crate::storage::segment::make_region(wal, &self.dir, position, region_at).await
+        {
+            // Rounds then write records past the end of the file, which recovery does not
+            // find where it looks; so they sync the .idx too: fence rather than risk it.
+            let reason = format!("index journal region not made again: {error}");
+            warn!(dir = %self.dir.display(), %reason, "partition fenced");
+            self.state.borrow_mut().fence(reason);
+        }
+        true
     }
 
     /// After a failed fdatasync under `always`, with no write in flight: cuts the active
@@ -300,27 +342,26 @@ impl PartitionLog {
             };
             (Rc::clone(&writer.wal), position)
         };
-        if let Err(error) = wal.truncate(position).await {
-            warn!(dir = %self.dir.display(), %error, "could not cut the batches whose sync failed");
-            return;
+        if self.cut_wal(&wal, position).await {
+            warn!(dir = %self.dir.display(), wal_bytes = position, "cut back to the durable watermark");
         }
-        self.prealloc_cut(position);
-        warn!(dir = %self.dir.display(), wal_bytes = position, "cut back to the durable watermark");
     }
 
     /// fdatasyncs the active `.wal` and `.idx` together, covering everything written. The
     /// seal of the segment before goes first: the durable watermark covers its batches too.
     async fn sync_written(&self) -> Result<(), StorageError> {
         self.settle_seal().await?;
+        let idx_behind = self.idx_behind_journal();
         let (target, writer_wal, writer_idx) = {
             let st = self.state.borrow();
             st.check_io()?;
-            if st.durable_offset >= st.written_offset {
+            if st.durable_offset >= st.written_offset && !idx_behind {
                 return Ok(());
             }
             let writer = st.active_writer();
             (st.written_offset, writer.wal.clone(), writer.idx.clone())
         };
+        let idx_entries = self.written_entries();
         let started = Instant::now();
         let (wal, idx) =
             futures_lite::future::zip(writer_wal.fdatasync(), writer_idx.fdatasync()).await;
@@ -332,6 +373,7 @@ impl PartitionLog {
             self.cut_to_durable().await;
             return Err(StorageError::Fenced { reason });
         }
+        self.idx_synced_to(idx_entries);
         let mut st = self.state.borrow_mut();
         st.durable_offset = st.durable_offset.max(target);
         st.assert_watermarks();
@@ -424,6 +466,10 @@ impl PartitionLog {
     /// log is rolling or closing).
     async fn trim_active_files(&self) -> Result<SealFiles, StorageError> {
         self.wait_prealloc(|| u64::MAX).await;
+        assert!(
+            !self.idx_behind_journal(),
+            "the .idx is synced before the trim cuts the index journal off"
+        );
         let (files, size, file_len) = {
             let mut st = self.state.borrow_mut();
             let active = st.segments.active_mut();

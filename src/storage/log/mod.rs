@@ -43,6 +43,7 @@
 //! - [`stage`]: validating and staging batches, and waiting for their commit;
 //! - [`io`]: the I/O task (group commit, fsync, rolls, rollbacks, fencing), sync and close;
 //! - [`rounds`]: overlapping commit rounds under `always`, applied in issue order;
+//! - [`journal`]: single-flush rounds under `always`, their index entries in the `.wal`;
 //! - [`seal`]: a rolled segment's fdatasyncs, off the path of the next segment's batches;
 //! - [`spare`]: the next segment's files, made ahead of the roll;
 //! - [`read`]: read plans and reads;
@@ -61,6 +62,7 @@ use crate::storage::{FsyncPolicy, LogConfig, StorageError, open};
 
 mod inline;
 mod io;
+mod journal;
 mod maintenance;
 mod prealloc;
 mod read;
@@ -98,6 +100,9 @@ pub struct LogStats {
     /// Rounds whose fdatasync was issued while an earlier round's was still in flight
     /// (`always`; see [`rounds`]).
     pub overlapped_rounds: u64,
+    /// Rounds made durable by one fdatasync of the `.wal`, their index entries in its
+    /// journal (`always`; see [`crate::storage::index_journal`]).
+    pub journaled_rounds: u64,
 }
 
 /// What a committed append reports back.
@@ -147,6 +152,8 @@ pub struct PartitionLog {
     seal: seal::Seal,
     /// The next segment's files (see [`spare`]).
     spare: Rc<Cell<spare::Spare>>,
+    /// How each active segment writes (sync slots, index journal).
+    writer_setup: crate::storage::segment::WriterSetup,
 }
 
 impl Drop for PartitionLog {
@@ -174,6 +181,7 @@ impl PartitionLog {
         let state = state::State::new(SegmentList::new(segments), PENDING_CAPACITY_MIN_BYTES);
         let dir_file = std::fs::File::open(&dir).map_err(|e| StorageError::io(&dir, e))?;
         let compaction = crate::storage::compaction::CompactionState::new(&dir);
+        let writer_setup = config.writer_setup(&dir);
         let log = Rc::new_cyclic(|me| PartitionLog {
             me: me.clone(),
             dir,
@@ -191,6 +199,7 @@ impl PartitionLog {
             prealloc: prealloc::Prealloc::default(),
             seal: seal::Seal::new(point),
             spare: Rc::new(Cell::new(spare::Spare::Absent)),
+            writer_setup,
         });
         log.prealloc.enable_for(&log.dir, log.config.fsync);
         log.start_io_task();

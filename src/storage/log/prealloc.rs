@@ -250,6 +250,7 @@ fn run(job: &Job) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::FileExt;
     use std::time::Duration;
 
     use crate::protocol::record::encode_batch;
@@ -293,13 +294,30 @@ mod tests {
                 assert!(log.prealloc.jobs() >= 1, "no pre-extension job ran");
                 let size = log.segments()[0].1;
                 let wal = wal_path(&path, 0);
+                let region_at = log
+                    .state
+                    .borrow()
+                    .active_writer()
+                    .journal
+                    .as_ref()
+                    .map(|j| j.region_at);
+                let region_at = region_at.expect("an index journal under always");
                 assert_eq!(
                     file_len(&wal),
-                    1 << 20,
+                    region_at + crate::storage::index_journal::REGION_BYTES,
+                    "the WAL ends with the index journal's region"
+                );
+                let mut bytes = vec![0u8; 1 << 20];
+                std::fs::File::open(&wal)
+                    .unwrap()
+                    .read_exact_at(&mut bytes, 0)
+                    .unwrap();
+                assert!(
+                    bytes[size as usize..].iter().all(|&b| b == 0),
                     "the WAL is zeroed up to segment_bytes"
                 );
-                let bytes = std::fs::read(&wal).unwrap();
-                assert!(bytes[size as usize..].iter().all(|&b| b == 0));
+                let zeroed = log.prealloc.shared.zeroed_to.get();
+                assert_eq!(zeroed, 1 << 20, "zeroed up to segment_bytes");
                 drop(log); // kill -9: no trim, no marker
 
                 let log = PartitionLog::open(&path, config.clone()).await.unwrap();

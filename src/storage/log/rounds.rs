@@ -40,6 +40,7 @@ use std::time::Instant;
 use tracing::warn;
 
 use super::PartitionLog;
+use super::journal::RoundSync;
 use crate::storage::StorageError;
 use crate::storage::segment::SyncFiles;
 
@@ -63,6 +64,9 @@ struct Round {
     /// Everything below this offset was written before the round's fdatasync was issued.
     target: u64,
     issued: Instant,
+    /// Entries of the active `.idx` written when it was issued: durable once its
+    /// fdatasync succeeds, if that synced the `.idx` too.
+    idx_entries: usize,
     /// Its fdatasync's result, once it finished.
     outcome: Option<Result<(), String>>,
 }
@@ -100,7 +104,7 @@ impl Rounds {
     }
 
     /// Records a round whose fdatasync is about to be issued; returns its slot.
-    pub(super) fn issue(&mut self, target: u64, now: Instant) -> usize {
+    pub(super) fn issue(&mut self, target: u64, idx_entries: usize, now: Instant) -> usize {
         assert!(!self.is_full(), "a round issued with every slot in flight");
         assert!(
             self.issued_to().is_none_or(|to| to < target),
@@ -112,20 +116,22 @@ impl Rounds {
             slot,
             target,
             issued: now,
+            idx_entries,
             outcome: None,
         });
         slot
     }
 
-    /// Records the result of the fdatasync in flight on `slot`; returns when it was issued.
-    pub(super) fn finish(&mut self, slot: usize, outcome: Result<(), String>) -> Instant {
+    /// Records the result of the fdatasync in flight on `slot`; returns when it was issued,
+    /// and the `.idx` entries it covered.
+    pub(super) fn finish(&mut self, slot: usize, outcome: Result<(), String>) -> (Instant, usize) {
         let round = self
             .queue
             .iter_mut()
             .find(|r| r.slot == slot && r.outcome.is_none())
             .expect("a round in flight on that slot");
         round.outcome = Some(outcome);
-        round.issued
+        (round.issued, round.idx_entries)
     }
 
     /// Pops the finished rounds at the front, in issue order, and says what they decide;
@@ -163,7 +169,7 @@ pub(super) struct SyncSlots<F> {
     futures: Vec<Pin<Box<Option<F>>>>,
 }
 
-impl<F: Future<Output = std::io::Result<()>>> SyncSlots<F> {
+impl<F: Future<Output = std::io::Result<bool>>> SyncSlots<F> {
     pub(super) fn new() -> Self {
         SyncSlots {
             futures: (0..ROUNDS_IN_FLIGHT_MAX).map(|_| Box::pin(None)).collect(),
@@ -176,7 +182,7 @@ impl<F: Future<Output = std::io::Result<()>>> SyncSlots<F> {
     }
 
     /// Polls every fdatasync in flight: the first that finished, with its slot.
-    fn poll_finished(&mut self, cx: &mut Context<'_>) -> Poll<(usize, std::io::Result<()>)> {
+    fn poll_finished(&mut self, cx: &mut Context<'_>) -> Poll<(usize, std::io::Result<bool>)> {
         for (slot, future) in self.futures.iter_mut().enumerate() {
             if let Some(running) = future.as_mut().as_pin_mut()
                 && let Poll::Ready(outcome) = running.poll(cx)
@@ -190,7 +196,7 @@ impl<F: Future<Output = std::io::Result<()>>> SyncSlots<F> {
 
     /// The first fdatasync that finished, without waiting. (Polling a new one also submits
     /// it: glommio queues the operation when its future first runs.)
-    async fn finished_now(&mut self) -> Option<(usize, std::io::Result<()>)> {
+    async fn finished_now(&mut self) -> Option<(usize, std::io::Result<bool>)> {
         std::future::poll_fn(|cx| match self.poll_finished(cx) {
             Poll::Ready(finished) => Poll::Ready(Some(finished)),
             Poll::Pending => Poll::Ready(None),
@@ -199,30 +205,23 @@ impl<F: Future<Output = std::io::Result<()>>> SyncSlots<F> {
     }
 }
 
-/// One round's fdatasync of `.wal` and `.idx`, issued together (the block layer merges
-/// their device flushes).
-pub(super) async fn sync_files(files: SyncFiles) -> std::io::Result<()> {
-    let (wal, idx) = futures_lite::future::zip(files.wal.fdatasync(), files.idx.fdatasync()).await;
-    wal.and(idx).map_err(Into::into)
-}
-
 /// What the I/O task waits for between rounds.
 enum Event {
-    Synced(usize, std::io::Result<()>),
+    Synced(usize, std::io::Result<bool>),
     Staged,
 }
 
 impl PartitionLog {
     /// Runs overlapping commit rounds until nothing is pending or in flight (then rolls, if
-    /// asked). The caller holds the I/O turn. `make` is [`sync_files`] (passed in so the
-    /// future's type can be named by the caller's `SyncSlots`).
+    /// asked). The caller holds the I/O turn. `make` is [`super::journal::sync_round`]
+    /// (passed in so the future's type can be named by the caller's `SyncSlots`).
     pub(super) async fn commit_rounds<F>(
         &self,
         slots: &mut SyncSlots<F>,
-        make: impl Fn(SyncFiles) -> F,
+        make: impl Fn(SyncFiles, RoundSync) -> F,
     ) -> Result<(), StorageError>
     where
-        F: Future<Output = std::io::Result<()>>,
+        F: Future<Output = std::io::Result<bool>>,
     {
         let mut rounds = Rounds::default();
         let mut write_failed = None;
@@ -294,7 +293,7 @@ impl PartitionLog {
         slots: &mut SyncSlots<F>,
     ) -> Result<(), StorageError>
     where
-        F: Future<Output = std::io::Result<()>>,
+        F: Future<Output = std::io::Result<bool>>,
     {
         let mut write = std::pin::pin!(self.write_pending());
         std::future::poll_fn(|cx| {
@@ -306,39 +305,50 @@ impl PartitionLog {
         .await
     }
 
-    /// Issues the fdatasync of a round covering everything written.
+    /// Issues the fdatasync of a round covering everything written: of the `.wal` alone
+    /// when the round can use the index journal ([`super::journal`]), else of both files.
     fn issue_round<F>(
         &self,
         rounds: &mut Rounds,
         slots: &mut SyncSlots<F>,
-        make: &impl Fn(SyncFiles) -> F,
+        make: &impl Fn(SyncFiles, RoundSync) -> F,
     ) where
-        F: Future<Output = std::io::Result<()>>,
+        F: Future<Output = std::io::Result<bool>>,
     {
-        let files = {
+        {
             let st = self.state.borrow();
             let covered = rounds.issued_to().unwrap_or(st.durable_offset);
             if st.check_io().is_err() || st.written_offset <= covered {
                 return;
             }
+        }
+        let how = self.journal_round(rounds.is_empty());
+        let (slot, files) = {
+            let st = self.state.borrow();
             if !rounds.is_empty() {
                 self.bump(|s| s.overlapped_rounds += 1);
             }
-            let slot = rounds.issue(st.written_offset, Instant::now());
+            let wal_only = !matches!(how, RoundSync::Both);
+            if wal_only {
+                self.bump(|s| s.journaled_rounds += 1);
+            }
+            crate::metrics::io::record_commit_round(wal_only);
+            let idx_entries = st.segments.active().index.entries_below(st.written_offset);
+            let slot = rounds.issue(st.written_offset, idx_entries, Instant::now());
             let files = st.active_writer().sync_files.get(slot).cloned();
             (
                 slot,
                 files.expect("the active segment has a descriptor pair per slot"),
             )
         };
-        slots.start(files.0, make(files.1));
+        slots.start(slot, make(files, how));
     }
 
     /// Waits until a round's fdatasync finishes, or (`accepting`: another round may start)
     /// until something is staged ([`PartitionLog::kick`]).
     async fn next_event<F>(&self, slots: &mut SyncSlots<F>, accepting: bool) -> Event
     where
-        F: Future<Output = std::io::Result<()>>,
+        F: Future<Output = std::io::Result<bool>>,
     {
         let mut staged = self.io_signal.watch.changed();
         self.io_signal.accepting.set(accepting);
@@ -357,10 +367,15 @@ impl PartitionLog {
     }
 
     /// Records a finished fdatasync and applies what the rounds decide, in issue order.
-    fn finish_round(&self, rounds: &mut Rounds, slot: usize, outcome: std::io::Result<()>) {
+    fn finish_round(&self, rounds: &mut Rounds, slot: usize, outcome: std::io::Result<bool>) {
         let ok = outcome.is_ok();
-        let issued = rounds.finish(slot, outcome.map_err(|e| e.to_string()));
+        let idx_synced = matches!(outcome, Ok(true));
+        let (issued, idx_entries) =
+            rounds.finish(slot, outcome.map(|_| ()).map_err(|e| e.to_string()));
         crate::metrics::io::record_fsync(issued.elapsed(), ok);
+        if idx_synced {
+            self.idx_synced_to(idx_entries);
+        }
         while let Some(applied) = rounds.apply() {
             let mut st = self.state.borrow_mut();
             match applied {
@@ -393,9 +408,9 @@ mod tests {
     #[test]
     fn rounds_apply_in_issue_order_whatever_order_they_finish_in() {
         let mut rounds = Rounds::default();
-        let a = rounds.issue(10, now());
-        let b = rounds.issue(20, now());
-        let c = rounds.issue(30, now());
+        let a = rounds.issue(10, 0, now());
+        let b = rounds.issue(20, 0, now());
+        let c = rounds.issue(30, 0, now());
         assert!(rounds.is_full());
         assert_eq!((a, b, c), (0, 1, 2));
         rounds.finish(c, Ok(()));
@@ -412,15 +427,15 @@ mod tests {
         assert_eq!(rounds.apply(), None);
         assert!(rounds.is_empty());
         // Slots come back in order.
-        assert_eq!(rounds.issue(40, now()), 0);
+        assert_eq!(rounds.issue(40, 0, now()), 0);
     }
 
     #[test]
     fn a_later_success_acknowledges_nothing_when_an_earlier_round_failed() {
         let mut rounds = Rounds::default();
-        let a = rounds.issue(10, now());
-        let b = rounds.issue(20, now());
-        let c = rounds.issue(30, now());
+        let a = rounds.issue(10, 0, now());
+        let b = rounds.issue(20, 0, now());
+        let c = rounds.issue(30, 0, now());
         rounds.finish(b, Ok(()));
         assert_eq!(rounds.apply(), None);
         rounds.finish(a, Err("EIO".into()));
@@ -443,9 +458,9 @@ mod tests {
     #[test]
     fn successes_before_a_failure_are_applied_first() {
         let mut rounds = Rounds::default();
-        let a = rounds.issue(10, now());
-        let b = rounds.issue(20, now());
-        let c = rounds.issue(30, now());
+        let a = rounds.issue(10, 0, now());
+        let b = rounds.issue(20, 0, now());
+        let c = rounds.issue(30, 0, now());
         rounds.finish(c, Ok(()));
         rounds.finish(b, Err("EIO".into()));
         rounds.finish(a, Ok(()));
@@ -470,7 +485,7 @@ mod tests {
     #[should_panic(expected = "each round covers more")]
     fn a_round_must_cover_more_than_the_one_before() {
         let mut rounds = Rounds::default();
-        rounds.issue(10, now());
-        rounds.issue(10, now());
+        rounds.issue(10, 0, now());
+        rounds.issue(10, 0, now());
     }
 }

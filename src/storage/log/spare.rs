@@ -74,7 +74,7 @@ impl PartitionLog {
 
     /// The next active segment, at `base`: the spare if it is ready, else one made now.
     pub(super) async fn next_segment(&self, base: u64) -> Result<Segment, StorageError> {
-        let (entries, slots) = (self.config.index_entries, self.config.sync_slots());
+        let (entries, slots) = (self.config.index_entries, self.writer_setup);
         if self.spare.get() != Spare::Ready {
             let created = Segment::create(&self.dir, base, entries, slots).await?;
             self.sync_dir().await?;
