@@ -8,7 +8,8 @@
 //!
 //! Appends stage the index entry in the mapped `.idx` first and then write the batch to the
 //! `.wal`; under `fsync = always` a batch is acknowledged only after an `fdatasync` of both
-//! files. So, for the last segment written before a crash:
+//! files, or of the `.wal` alone with a copy of the entry in its index journal
+//! (`storage::index_journal`). So, for the last segment written before a crash:
 //!
 //! - **kill -9 of the broker**: both files live in the page cache, which survives the
 //!   process. The index may hold entries for batches whose WAL write never started (they were
