@@ -141,3 +141,69 @@ fn a_round_after_a_failed_sync_fails_even_if_its_own_sync_succeeded() {
         "the batches whose rounds failed are cut, not recovered from the page cache"
     );
 }
+
+/// A round alone syncs the `.wal` alone, its index entries in the `.wal`'s index journal
+/// (`storage::index_journal`). When that fdatasync fails, the round is refused and the
+/// partition fenced, and the cut back to the durable watermark (which truncates the `.wal`,
+/// and so the journal's region with it) keeps every acknowledged batch: after a power cut,
+/// the next open finds exactly them.
+#[test]
+fn a_journaled_round_whose_fdatasync_fails_is_fenced_and_keeps_what_was_acknowledged() {
+    let root = tempfile::tempdir().unwrap();
+    let mut fs = PowerFs::mount_failing(root.path(), Mode::Strict, Some(".wal"));
+    let path = fs.mount.join("p");
+    let config = LogConfig {
+        fsync: FsyncPolicy::Always,
+        // The pre-extension job at open zeroes the whole segment: no job of its own
+        // fsyncs the `.wal` after the failure is armed.
+        segment_bytes: 1 << 20,
+        ..LogConfig::default()
+    };
+    let (ready, wait_ready) = mpsc::channel::<()>();
+    let (armed, wait_armed) = mpsc::channel::<()>();
+    let first_life = LocalExecutorBuilder::default()
+        .spawn({
+            let (path, config) = (path.clone(), config.clone());
+            move || async move {
+                let log = PartitionLog::open(&path, config).await.unwrap();
+                let batch = encode_batch(0, b"", &[7u8; 100], 1);
+                for _ in 0..5 {
+                    log.append(&batch, None).await.unwrap();
+                }
+                log.settle_pre_extension().await;
+                let journaled = log.stats().journaled_rounds;
+                ready.send(()).unwrap();
+                wait_armed.recv_timeout(Duration::from_secs(60)).unwrap();
+                let failed = log.append(&batch, None).await;
+                (journaled, failed, log.high_watermark())
+            }
+        })
+        .unwrap();
+    wait_ready.recv_timeout(Duration::from_secs(60)).unwrap();
+    fs.arm_fsync_failure();
+    armed.send(()).unwrap();
+    let (journaled, failed, high_watermark) = first_life.join().unwrap();
+    let report = fs.power_cut();
+    fs.remount();
+    let reopened_next_offset = LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            let log = PartitionLog::open(&path, config).await.unwrap();
+            let next = log.next_offset();
+            log.close().await.unwrap();
+            next
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    fs.unmount();
+    assert_eq!(journaled, 5, "each round alone synced the .wal alone");
+    assert!(
+        matches!(failed, Err(StorageError::Fenced { .. })),
+        "the round whose fdatasync failed: {failed:?}"
+    );
+    assert_eq!(high_watermark, 5, "nothing after the failure is visible");
+    assert_eq!(
+        reopened_next_offset, 5,
+        "after the cut and a power cut ({report}), exactly the acknowledged batches"
+    );
+}

@@ -30,11 +30,19 @@ pub struct PowerFs {
     pub mount: PathBuf,
     pub mode: Mode,
     cuts: u64,
+    /// Names whose fsync the armed fault fails (powerfs's default, `.idx`, when `None`).
+    fail_suffix: Option<&'static str>,
 }
 
 impl PowerFs {
     /// Mounts `root/backing` at `root/mnt` (both made here).
     pub fn mount_in(root: &Path, mode: Mode) -> PowerFs {
+        Self::mount_failing(root, mode, None)
+    }
+
+    /// As [`PowerFs::mount_in`], with the armed fsync failure on files whose name ends with
+    /// `fail_suffix`.
+    pub fn mount_failing(root: &Path, mode: Mode, fail_suffix: Option<&'static str>) -> PowerFs {
         let backing = root.join("backing");
         let mount = root.join("mnt");
         std::fs::create_dir_all(&backing).unwrap();
@@ -45,6 +53,7 @@ impl PowerFs {
             mount,
             mode,
             cuts: 0,
+            fail_suffix,
         };
         fs.spawn();
         fs
@@ -63,6 +72,9 @@ impl PowerFs {
                 Mode::Journal => "journal",
                 _ => "strict",
             });
+        if let Some(suffix) = self.fail_suffix {
+            command.arg("--fail-fsync-suffix").arg(suffix);
+        }
         if let Mode::Torn(seed) = self.mode {
             // A new seed at every cut, reproducible from the test's seed.
             command
