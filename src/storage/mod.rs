@@ -22,6 +22,7 @@ pub mod log;
 pub mod marker;
 pub mod open;
 pub mod recovery;
+mod repair;
 pub mod retention;
 pub mod segment;
 pub mod verify;
