@@ -129,7 +129,7 @@ fn a_data_dir_that_is_not_pagurus_is_refused_and_left_as_it_was() {
     std::fs::write(newer.join("pagurus.meta"), "format=99\ncreated_ns=1\n").unwrap();
     let stderr = serve(&newer, "127.0.0.1:0", &["--no-shard-ports"]);
     assert!(
-        stderr.contains("has data format 99, newer than this pagurus reads (1)"),
+        stderr.contains("has data format 99, newer than this pagurus reads (2)"),
         "{stderr}"
     );
     assert_eq!(walk(&newer), ["pagurus.meta"]);
@@ -151,7 +151,7 @@ fn a_data_dir_from_before_the_marker_is_adopted_with_its_data() {
     let data = dir.path().join("data");
     let mut broker = Broker::start_in(&data, 1, &[]);
     let marker = std::fs::read_to_string(data.join("pagurus.meta")).unwrap();
-    assert!(marker.contains("format=1\n"), "{marker}");
+    assert!(marker.contains("format=2\n"), "{marker}");
     assert!(marker.contains("created_ns="), "{marker}");
     broker
         .client()

@@ -191,6 +191,10 @@ fn log_marked(data_dir: &std::path::Path, marked: crate::storage::marker::Marked
         Marked::Known { format, created_ns } => {
             info!(%data_dir, format, created_ns, "data directory")
         }
+        Marked::Upgraded { from, created_ns } => {
+            warn!(%data_dir, from, to = crate::storage::marker::FORMAT_VERSION, created_ns,
+                "data directory of an older format: read as it is, marked with this one (older brokers now refuse it)")
+        }
     }
 }
 

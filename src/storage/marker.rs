@@ -17,7 +17,13 @@ use crate::storage::fs::write_file_durable;
 /// The marker's file name in the data directory.
 pub const MARKER_FILE: &str = "pagurus.meta";
 /// The on-disk format this broker writes and reads (segments, index, topic.meta, offsets).
-pub const FORMAT_VERSION: u32 = 1;
+///
+/// - 1: the first.
+/// - 2: the active segment's `.wal` may end in an index journal (`storage::index_journal`)
+///   holding the only durable copy of recent index entries. A broker that reads format 1
+///   would cut those acknowledged batches after a crash, so it must refuse the directory.
+///   Format 1 directories are read as they are and marked 2 at start.
+pub const FORMAT_VERSION: u32 = 2;
 /// Largest marker file read (it is a few lines).
 const MARKER_BYTES_MAX: u64 = 4096;
 
@@ -52,6 +58,9 @@ pub enum DataDirError {
 pub enum Marked {
     /// It had a marker this broker reads.
     Known { format: u32, created_ns: u64 },
+    /// It had a marker of an older format, which this broker reads; it was marked with
+    /// [`FORMAT_VERSION`] now, before anything in the newer format was written.
+    Upgraded { from: u32, created_ns: u64 },
     /// It was empty; the marker was written now.
     New,
     /// It held only pagurus's own layout and no marker (written before markers); marked now.
@@ -92,7 +101,7 @@ pub fn check_and_mark(dir: &Path) -> Result<Marked, DataDirError> {
         }
         own |= OWN_ENTRIES.contains(&name.as_str());
     }
-    write_marker(dir).map_err(|e| io(e.to_string()))?;
+    write_marker(dir, now_ns()).map_err(|e| io(e.to_string()))?;
     Ok(if own { Marked::Adopted } else { Marked::New })
 }
 
@@ -112,6 +121,16 @@ fn read_marker(dir: &Path, marker: &Path) -> Result<Marked, DataDirError> {
         return Err(DataDirError::Newer {
             dir: dir.display().to_string(),
             found: format,
+        });
+    }
+    if format < FORMAT_VERSION {
+        write_marker(dir, created_ns).map_err(|e| DataDirError::Io {
+            dir: dir.display().to_string(),
+            why: e.to_string(),
+        })?;
+        return Ok(Marked::Upgraded {
+            from: format,
+            created_ns,
         });
     }
     Ok(Marked::Known { format, created_ns })
@@ -156,10 +175,13 @@ fn parse(text: &str) -> Result<(u32, u64), String> {
     }
 }
 
-fn write_marker(dir: &Path) -> Result<(), crate::storage::StorageError> {
-    let created_ns = SystemTime::now()
+fn now_ns() -> u64 {
+    SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn write_marker(dir: &Path, created_ns: u64) -> Result<(), crate::storage::StorageError> {
     let text = format!(
         "# pagurus data directory; do not edit\nformat={FORMAT_VERSION}\ncreated_ns={created_ns}\ncreated_by=pagurus {}\n",
         env!("CARGO_PKG_VERSION")
@@ -182,6 +204,31 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    #[test]
+    fn an_older_format_is_read_and_marked_with_this_one() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(
+            dir.path().join(MARKER_FILE),
+            "# pagurus data directory; do not edit\nformat=1\ncreated_ns=77\n",
+        )
+        .unwrap();
+        assert_eq!(
+            check_and_mark(dir.path()).unwrap(),
+            Marked::Upgraded {
+                from: 1,
+                created_ns: 77
+            }
+        );
+        assert_eq!(
+            check_and_mark(dir.path()).unwrap(),
+            Marked::Known {
+                format: FORMAT_VERSION,
+                created_ns: 77
+            },
+            "marked once, keeping when it was made"
+        );
     }
 
     #[test]
@@ -218,10 +265,11 @@ mod tests {
     #[test]
     fn newer_or_unreadable_markers_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        fs::write(dir.path().join(MARKER_FILE), "format=2\ncreated_ns=1\n").unwrap();
+        let newer = format!("format={}\ncreated_ns=1\n", FORMAT_VERSION + 1);
+        fs::write(dir.path().join(MARKER_FILE), newer).unwrap();
         assert!(matches!(
             check_and_mark(dir.path()),
-            Err(DataDirError::Newer { found: 2, .. })
+            Err(DataDirError::Newer { found, .. }) if found == FORMAT_VERSION + 1
         ));
         for text in ["", "garbage", "format=x\ncreated_ns=1", "format=1"] {
             fs::write(dir.path().join(MARKER_FILE), text).unwrap();
@@ -233,15 +281,12 @@ mod tests {
                 "{text:?}"
             );
         }
-        fs::write(
-            dir.path().join(MARKER_FILE),
-            "format=1\ncreated_ns=7\nnew_key=x\n",
-        )
-        .unwrap();
+        let unknown_key = format!("format={FORMAT_VERSION}\ncreated_ns=7\nnew_key=x\n");
+        fs::write(dir.path().join(MARKER_FILE), unknown_key).unwrap();
         assert_eq!(
             check_and_mark(dir.path()).unwrap(),
             Marked::Known {
-                format: 1,
+                format: FORMAT_VERSION,
                 created_ns: 7
             }
         );
