@@ -23,6 +23,8 @@
 # the proxy, this builds with bookworm-backports' Go 1.23 and Debian's x/exp instead (the
 # code uses nothing newer; only the build copy's go.mod is changed):
 #
+#   echo 'deb http://deb.debian.org/debian bookworm-backports main' \
+#     > /etc/apt/sources.list.d/backports.list && apt-get update   # if not configured
 #   apt-get install -t bookworm-backports golang-1.23-go golang-golang-x-exp-dev
 #   export PATH=/usr/lib/go-1.23/bin:$PATH GOTOOLCHAIN=local GOFLAGS=-mod=mod GOPROXY=off
 #   go mod edit -go=1.23 -replace golang.org/x/exp=/usr/share/gocode/src/golang.org/x/exp
