@@ -167,6 +167,14 @@ pub fn map(file: &File, len: u64) -> std::io::Result<Option<Mmap>> {
     unsafe { Mmap::map(file) }.map(Some)
 }
 
+/// True when `dir` is on tmpfs, where nothing is ever flushed to a device (pre-extension and
+/// the index journal are off there). False when it cannot be told.
+pub fn is_tmpfs(dir: &Path) -> bool {
+    nix::sys::statfs::statfs(dir)
+        .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+        .unwrap_or(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -134,9 +134,7 @@ impl LogConfig {
     /// (not on tmpfs, where nothing is flushed) the index journal of a single-flush round
     /// (`index_journal`).
     pub(crate) fn writer_setup(&self, dir: &std::path::Path) -> segment::WriterSetup {
-        let tmpfs = nix::sys::statfs::statfs(dir)
-            .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
-            .unwrap_or(false);
+        let tmpfs = fs::is_tmpfs(dir);
         segment::WriterSetup {
             sync_slots: self.sync_slots(),
             journal: (self.index_journal && self.fsync == FsyncPolicy::Always && !tmpfs)

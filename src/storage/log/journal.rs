@@ -135,14 +135,15 @@ impl PartitionLog {
     /// The active `.idx` holds entries the journal covers and it does not: the `.idx` must
     /// be synced before the journal's region is cut off.
     pub(super) fn idx_behind_journal(&self) -> bool {
+        let written = self.written_entries();
         let st = self.state.borrow();
-        let index = &st.segments.active().index;
+        // A segment that is no longer writable has no journal to fall behind.
         st.segments
             .active()
             .writer
             .as_ref()
             .and_then(|w| w.journal.as_ref())
-            .is_some_and(|j| j.idx_synced.get() < index.entries_below(st.written_offset))
+            .is_some_and(|j| j.idx_synced.get() < written)
     }
 }
 

@@ -103,9 +103,7 @@ struct Job {
 impl Prealloc {
     /// Turns pre-extension on for a log in `dir` with `policy`.
     pub(super) fn enable_for(&self, dir: &std::path::Path, policy: FsyncPolicy) {
-        let tmpfs = nix::sys::statfs::statfs(dir)
-            .map(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
-            .unwrap_or(false);
+        let tmpfs = crate::storage::fs::is_tmpfs(dir);
         self.enabled.set(policy == FsyncPolicy::Always && !tmpfs);
     }
 

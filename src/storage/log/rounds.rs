@@ -333,7 +333,7 @@ impl PartitionLog {
                 self.bump(|s| s.journaled_rounds += 1);
             }
             crate::metrics::io::record_commit_round(wal_only);
-            let idx_entries = st.segments.active().index.entries_below(st.written_offset);
+            let idx_entries = self.written_entries();
             let slot = rounds.issue(st.written_offset, idx_entries, Instant::now());
             let files = st.active_writer().sync_files.get(slot).cloned();
             (
