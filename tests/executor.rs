@@ -20,6 +20,9 @@
 //! Last, an executor about to park announces it with a fence instead of a `membarrier`
 //! (vendor/README.md): the last two tests hold that what another thread hands a parking
 //! executor always wakes it.
+//!
+//! The broker's cores poll before they park (`serve --idle-poll-us`); one test holds that an
+//! executor doing so still sleeps when it has nothing to do.
 
 use std::sync::mpsc;
 use std::time::Duration;
@@ -204,6 +207,32 @@ fn an_idle_executor_sleeps_instead_of_spinning() {
     });
     let cpu = worker.join().expect("the worker thread");
     // Sleeping costs a few wake-ups; a loop that never parks burns the whole 500 ms.
+    assert!(
+        cpu < Duration::from_millis(150),
+        "the executor used {cpu:?} of CPU while it had nothing to do for 500 ms"
+    );
+}
+
+/// The broker's cores poll for a while before they park (`serve --idle-poll-us`, glommio's
+/// `spin_before_park`), yielding the CPU at each turn. The poll counts from the last work
+/// run: an executor whose only task sleeps polls once, for that long, then parks. A poll
+/// that restarted at each empty turn would burn the whole sleep.
+#[test]
+fn an_idle_executor_that_polls_before_parking_still_sleeps() {
+    let worker = std::thread::spawn(|| {
+        let executor = LocalExecutorBuilder::default()
+            .preempt_timer(Duration::from_millis(1))
+            .spin_before_park(pagurus::config::IDLE_POLL_MAX)
+            .make()
+            .expect("an executor");
+        executor.run(async {
+            let before = thread_cpu();
+            glommio::timer::sleep(Duration::from_millis(500)).await;
+            thread_cpu() - before
+        })
+    });
+    let cpu = worker.join().expect("the worker thread");
+    // One poll of 10 ms, then a park; polling throughout costs the whole 500 ms.
     assert!(
         cpu < Duration::from_millis(150),
         "the executor used {cpu:?} of CPU while it had nothing to do for 500 ms"

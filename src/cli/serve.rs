@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::{BrokerConfig, CompactionConfig};
+use crate::config::{BrokerConfig, CompactionConfig, IDLE_POLL_DEFAULT, IDLE_POLL_MAX};
 use crate::limits::Limits;
 use crate::storage::{CompactionLimits, FsyncPolicy, LogConfig};
 
@@ -70,6 +70,12 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics (off when not given).
     #[arg(long, env = "PAGURUS_METRICS_LISTEN", value_name = "ADDR", value_parser = parse_address)]
     pub metrics_listen: Option<SocketAddr>,
+    /// Microseconds a core with nothing to do keeps polling (yielding its CPU to any other
+    /// thread) before it sleeps: it is then awake when a flush completes or a request comes,
+    /// instead of paying a wake-up. 0 sleeps at once (no CPU spent polling).
+    #[arg(long, env = "PAGURUS_IDLE_POLL_US", default_value_t = IDLE_POLL_DEFAULT.as_micros() as u64,
+          value_parser = parse_idle_poll_us)]
+    pub idle_poll_us: u64,
 }
 
 /// `IP:PORT`, or `HOST:PORT` resolved: the first IPv4 address it has (what `localhost`
@@ -94,6 +100,20 @@ fn parse_address(s: &str) -> Result<SocketAddr, String> {
         .or(addrs.first())
         .copied()
         .ok_or_else(|| format!("{s:?} resolves to no address"))
+}
+
+fn parse_idle_poll_us(s: &str) -> Result<u64, String> {
+    let us: u64 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number of microseconds: {e}"))?;
+    let max = IDLE_POLL_MAX.as_micros() as u64;
+    if us <= max {
+        Ok(us)
+    } else {
+        Err(format!(
+            "{us} µs is more than {max} µs: a longer poll only burns a CPU"
+        ))
+    }
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {
@@ -137,6 +157,7 @@ impl ServeArgs {
             },
             offsets_segment_bytes: self.offsets_segment_bytes,
             metrics_listen: self.metrics_listen,
+            idle_poll: Duration::from_micros(self.idle_poll_us),
             ..BrokerConfig::default()
         }
     }

@@ -110,7 +110,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         config.cores = cpus.len().max(1);
     }
     let cores = config.cores;
-    info!(pid = std::process::id(), cores, data_dir = %config.data_dir.display(), fsync = %config.log.fsync, "pagurus starting");
+    info!(pid = std::process::id(), cores, data_dir = %config.data_dir.display(), fsync = %config.log.fsync, idle_poll_us = config.idle_poll.as_micros() as u64, "pagurus starting");
     log_marked(&config.data_dir, marked);
     let config = Arc::new(config.clone());
     let mesh = MeshBuilder::<Envelope, _>::full(cores, MESH_CHANNEL_CAPACITY);
@@ -142,9 +142,13 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         } else {
             None
         };
-        let handle = LocalExecutorBuilder::new(placement)
+        let mut builder = LocalExecutorBuilder::new(placement)
             .name(&format!("pagurus-{index}"))
-            .preempt_timer(Duration::from_millis(5))
+            .preempt_timer(Duration::from_millis(5));
+        if !config.idle_poll.is_zero() {
+            builder = builder.spin_before_park(config.idle_poll);
+        }
+        let handle = builder
             .spawn(move || async move {
                 run_core(config, mesh, cpu, barriers, connections, metrics).await
             })
