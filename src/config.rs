@@ -13,6 +13,21 @@ pub const IDLE_POLL_DEFAULT: Duration = Duration::from_micros(200);
 /// The longest idle poll `serve` accepts: past a few milliseconds a core only burns a CPU.
 pub const IDLE_POLL_MAX: Duration = Duration::from_millis(10);
 
+/// `--idle-poll-us` (serve and bench): at most [`IDLE_POLL_MAX`].
+pub fn parse_idle_poll_us(s: &str) -> Result<u64, String> {
+    let us: u64 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a number of microseconds: {e}"))?;
+    let max = IDLE_POLL_MAX.as_micros() as u64;
+    if us <= max {
+        Ok(us)
+    } else {
+        Err(format!(
+            "{us} µs is more than {max} µs: a longer poll only burns a CPU"
+        ))
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub data_dir: PathBuf,
@@ -143,5 +158,15 @@ mod tests {
             no_shard_ports.broker_port_at("127.0.0.1:9093".parse().unwrap()),
             None
         );
+    }
+
+    #[test]
+    fn idle_poll_is_bounded() {
+        assert_eq!(parse_idle_poll_us("0"), Ok(0));
+        assert_eq!(parse_idle_poll_us("10000"), Ok(10_000));
+        let long = parse_idle_poll_us("10001").unwrap_err();
+        assert!(long.contains("more than 10000"), "{long}");
+        let bad = parse_idle_poll_us("2ms").unwrap_err();
+        assert!(bad.contains("not a number"), "{bad}");
     }
 }

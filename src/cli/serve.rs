@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::{BrokerConfig, CompactionConfig, IDLE_POLL_DEFAULT, IDLE_POLL_MAX};
+use crate::config::{BrokerConfig, CompactionConfig, IDLE_POLL_DEFAULT, parse_idle_poll_us};
 use crate::limits::Limits;
 use crate::storage::{CompactionLimits, FsyncPolicy, LogConfig};
 
@@ -100,20 +100,6 @@ fn parse_address(s: &str) -> Result<SocketAddr, String> {
         .or(addrs.first())
         .copied()
         .ok_or_else(|| format!("{s:?} resolves to no address"))
-}
-
-fn parse_idle_poll_us(s: &str) -> Result<u64, String> {
-    let us: u64 = s
-        .parse()
-        .map_err(|e| format!("{s:?} is not a number of microseconds: {e}"))?;
-    let max = IDLE_POLL_MAX.as_micros() as u64;
-    if us <= max {
-        Ok(us)
-    } else {
-        Err(format!(
-            "{us} µs is more than {max} µs: a longer poll only burns a CPU"
-        ))
-    }
 }
 
 fn parse_ratio(s: &str) -> Result<f64, String> {
