@@ -26,11 +26,8 @@ pub fn thread(
     consumers: Vec<ConsumerSpec>,
 ) -> std::thread::JoinHandle<Result<Results, String>> {
     std::thread::spawn(move || {
-        let mut builder = LocalExecutorBuilder::default().name(&name);
-        if shared.args.idle_poll_us > 0 {
-            builder = builder.spin_before_park(Duration::from_micros(shared.args.idle_poll_us));
-        }
-        builder
+        LocalExecutorBuilder::default()
+            .name(&name)
             .make()
             .map_err(|e| format!("cannot start a bench executor: {e}"))?
             .run(async move {

@@ -121,11 +121,6 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
-    /// Microseconds the glommio client's threads poll after their last work before they
-    /// sleep, as the broker's cores do (`serve --idle-poll-us`). 0, the default, sleeps at
-    /// once, as most clients do; 200 takes the client's own wake-ups out of the latencies.
-    #[arg(long, default_value_t = 0, value_parser = crate::config::parse_idle_poll_us)]
-    pub idle_poll_us: u64,
     #[command(flatten)]
     pub target: BrokerArgs,
 }
