@@ -7,6 +7,8 @@
 #   TASKSET=only scripts/bench-latency.sh    # pinned only; TASKSET=0: unpinned only
 #   QUICK=1 scripts/bench-latency.sh         # 2 s runs: a smoke test
 #   RATE=500000 BROKER_CPUS=0 CLIENT_CPUS=1 scripts/bench-latency.sh
+#   CLIENT_IDLE_POLL_US=200 scripts/bench-latency.sh  # the client polls before it sleeps
+#                                            # (bench --idle-poll-us): its wake-ups left out
 #
 # Workloads (as bench.sh c and d): one 100 B message in flight under fsync always and
 # never; 10 producers, 4 partitions, batches of 100 x 100 B, open loop at RATE msg/s under
@@ -22,6 +24,7 @@ RATE=${RATE:-500000}
 TASKSET=${TASKSET:-1}
 BROKER_CPUS=${BROKER_CPUS:-0}
 CLIENT_CPUS=${CLIENT_CPUS:-1}
+CLIENT_IDLE_POLL_US=${CLIENT_IDLE_POLL_US:-0}
 command -v python3 >/dev/null || { echo "bench-latency.sh needs python3"; exit 1; }
 cargo build --release --quiet
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
@@ -57,7 +60,7 @@ run() { # config, policy, label, bench args...
   [ -x /usr/bin/time ] && timer=(/usr/bin/time -f "%U %S" -o "$OUT/$config-$label.client-cpu")
   broker_ticks=$(cpu_ticks "$BROKER")
   "${timer[@]}" "${client_pin[@]}" timeout $((DURATION + 60)) "$BIN" bench --broker 127.0.0.1:$PORT --json --quiet \
-    --out "$OUT" --label "$config-$label" --duration "$DURATION" --warmup 1 --topic-prefix "$label" "$@" \
+    --out "$OUT" --label "$config-$label" --duration "$DURATION" --warmup 1 --topic-prefix "$label" --idle-poll-us "$CLIENT_IDLE_POLL_US" "$@" \
     >"$OUT/$config-$label.json"
   echo $(($(cpu_ticks "$BROKER") - broker_ticks)) >"$OUT/$config-$label.broker-ticks"
   kill -TERM "$BROKER"; wait "$BROKER" || true; BROKER=""

@@ -13,7 +13,7 @@ pub const IDLE_POLL_DEFAULT: Duration = Duration::from_micros(200);
 /// The longest idle poll `serve` accepts: past a few milliseconds a core only burns a CPU.
 pub const IDLE_POLL_MAX: Duration = Duration::from_millis(10);
 
-/// `serve --idle-poll-us`: at most [`IDLE_POLL_MAX`].
+/// `--idle-poll-us` (serve and bench): at most [`IDLE_POLL_MAX`].
 pub fn parse_idle_poll_us(s: &str) -> Result<u64, String> {
     let us: u64 = s
         .parse()

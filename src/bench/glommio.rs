@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_lite::future;
-use glommio::LocalExecutorBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::bench::workers::{ConsumerSpec, ProducerSpec, WallClock, WorkerResult};
 use crate::bench::{Results, Shared, batch_schedule};
@@ -19,15 +19,24 @@ use crate::client::produce::ProduceFrame;
 use crate::protocol::native::Request;
 
 /// Runs `producers` and `consumers` on one executor thread; returns their results.
+/// `cpu`: the CPU to bind the thread to when the client polls (`--idle-poll-us`).
 pub fn thread(
     name: String,
+    cpu: Option<usize>,
     shared: Arc<Shared>,
     producers: Vec<ProducerSpec>,
     consumers: Vec<ConsumerSpec>,
 ) -> std::thread::JoinHandle<Result<Results, String>> {
     std::thread::spawn(move || {
-        LocalExecutorBuilder::default()
-            .name(&name)
+        let builder = match cpu {
+            Some(cpu) if shared.args.idle_poll_us > 0 => {
+                LocalExecutorBuilder::new(Placement::Fixed(cpu))
+                    .spin_before_park(Duration::from_micros(shared.args.idle_poll_us))
+            }
+            _ => LocalExecutorBuilder::default(),
+        }
+        .name(&name);
+        builder
             .make()
             .map_err(|e| format!("cannot start a bench executor: {e}"))?
             .run(async move {

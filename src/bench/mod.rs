@@ -121,6 +121,13 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Microseconds the glommio client's threads poll after their last work before they
+    /// sleep, as the broker's cores do (`serve --idle-poll-us`); they are then bound to the
+    /// CPUs this process may run on, round robin (glommio polls only on a bound executor).
+    /// 0, the default, sleeps at once, as most clients do; 200 takes the client's own
+    /// wake-ups out of the latencies (with `taskset`, to keep it off the broker's CPUs).
+    #[arg(long, default_value_t = 0, value_parser = crate::config::parse_idle_poll_us)]
+    pub idle_poll_us: u64,
     #[command(flatten)]
     pub target: BrokerArgs,
 }
@@ -487,12 +494,18 @@ fn run_glommio(
     if !consumers.is_empty() {
         work.push((Vec::new(), consumers));
     }
+    let cpus: Vec<usize> = core_affinity::get_core_ids()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|id| id.id)
+        .collect();
     let handles: Vec<_> = work
         .into_iter()
         .enumerate()
         .map(|(t, (producers, consumers))| {
             glommio::thread(
                 format!("bench-{t}"),
+                cpus.get(t % cpus.len().max(1)).copied(),
                 Arc::clone(shared),
                 producers,
                 consumers,
