@@ -42,11 +42,32 @@ pub enum IndexLength {
     Durable,
 }
 
+/// What [`make_spare`] did about the space of the spare WAL.
+#[derive(Debug)]
+pub enum WalReservation {
+    /// None was asked for.
+    NotAsked,
+    /// The blocks are allocated past the (empty) file's end.
+    Reserved,
+    /// The file system refused (full, or no `fallocate`); the WAL is empty and holds no
+    /// blocks. The segment works as one made without a reservation.
+    Refused(std::io::Error),
+}
+
 /// Makes the spare files in `dir` (replacing any left over): an empty WAL, and an index
 /// extended to `index_entries` slots whose length is durable. Blocking. Works through the
 /// directory's descriptor, so a spare made for a topic deleted meanwhile never lands in the
 /// directory of a topic made again under its name.
-pub fn make_spare(dir: &File, index_entries: u32) -> std::io::Result<()> {
+///
+/// With `wal_reserve_bytes > 0`, the WAL's first bytes are allocated past its end
+/// (`FALLOC_FL_KEEP_SIZE`: its size stays 0, so nothing changes for readers or recovery),
+/// and the buffered writes that fill the segment and their write-back allocate no blocks
+/// (`storage::log::spare`).
+pub fn make_spare(
+    dir: &File,
+    index_entries: u32,
+    wal_reserve_bytes: u64,
+) -> std::io::Result<WalReservation> {
     use nix::fcntl::{OFlag, openat};
     use nix::sys::stat::Mode;
     use nix::unistd::{UnlinkatFlags, unlinkat};
@@ -68,8 +89,27 @@ pub fn make_spare(dir: &File, index_entries: u32) -> std::io::Result<()> {
     let idx = create(SPARE_IDX)?;
     idx.set_len(u64::from(index_entries.max(1)) * ENTRY_LEN as u64)?;
     idx.sync_data()?;
-    create(SPARE_WAL)?;
-    Ok(())
+    let wal = create(SPARE_WAL)?;
+    if wal_reserve_bytes == 0 {
+        return Ok(WalReservation::NotAsked);
+    }
+    Ok(reserve(&wal, wal_reserve_bytes))
+}
+
+/// Allocates `bytes` past the end of the empty `wal`, or none at all.
+fn reserve(wal: &File, bytes: u64) -> WalReservation {
+    use nix::fcntl::{FallocateFlags, fallocate};
+    let Ok(len) = i64::try_from(bytes) else {
+        return WalReservation::Refused(std::io::Error::other("reservation too large"));
+    };
+    match fallocate(wal, FallocateFlags::FALLOC_FL_KEEP_SIZE, 0, len) {
+        Ok(()) => WalReservation::Reserved,
+        Err(errno) => {
+            // A full disk may have allocated part of it: give that back.
+            let _ = wal.set_len(0);
+            WalReservation::Refused(errno.into())
+        }
+    }
 }
 
 /// Parses `<20 digits>.<ext>` into the base offset.

@@ -470,6 +470,7 @@ impl PartitionLog {
             !self.idx_behind_journal(),
             "the .idx is synced before the trim cuts the index journal off"
         );
+        let reserves = self.spare_reserve_bytes() > 0;
         let (files, size, file_len) = {
             let mut st = self.state.borrow_mut();
             let active = st.segments.active_mut();
@@ -488,6 +489,7 @@ impl PartitionLog {
                 base_offset: active.base_offset,
                 wal: Rc::clone(&writer.wal),
                 idx: Rc::clone(&writer.idx),
+                reserved_past: reserves.then_some(size),
             };
             (files, size, file_len)
         };
@@ -559,7 +561,7 @@ impl PartitionLog {
         self.sync_written().await?;
         let files = self.trim_active_files().await?;
         files
-            .sync()
+            .finish()
             .await
             .map_err(|e| StorageError::io(&self.dir, e))?;
         open::write_clean_marker(&self.dir)?;

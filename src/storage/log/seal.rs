@@ -4,7 +4,8 @@
 //! WAL to its batches), creates the next segment, and lets staging go on into it at once.
 //! The old segment's fdatasyncs run meanwhile as a task of their own, the *seal*: its data
 //! under `never` and `interval`, where nothing made it durable yet, and the trims under
-//! every policy. When they are done, the seal moves `recovery-point`'s `sealed` base to the
+//! every policy (there it also gives back the space reserved past the WAL's end that the
+//! segment did not fill, `super::spare`). When they are done, the seal moves `recovery-point`'s `sealed` base to the
 //! next segment (`storage::open`): from then on a crash cannot cut the old segment.
 //!
 //! Before, the roll waited for those fdatasyncs. Under `never` at the maximum rate that is
@@ -47,11 +48,17 @@ pub(super) struct SealFiles {
     pub(super) base_offset: u64,
     pub(super) wal: Rc<BufferedFile>,
     pub(super) idx: Rc<BufferedFile>,
+    /// The WAL's length, when blocks may be reserved past it (`super::spare`).
+    pub(super) reserved_past: Option<u64>,
 }
 
 impl SealFiles {
-    /// fdatasyncs both files, together.
-    pub(super) async fn sync(&self) -> std::io::Result<()> {
+    /// Gives back the WAL's reserved blocks past its end, if any (a same-size truncate
+    /// frees them; the bytes do not change), then fdatasyncs both files, together.
+    pub(super) async fn finish(&self) -> std::io::Result<()> {
+        if let Some(len) = self.reserved_past {
+            self.wal.truncate(len).await?;
+        }
         let (wal, idx) =
             futures_lite::future::zip(self.wal.fdatasync(), self.idx.fdatasync()).await;
         wal.and(idx).map_err(Into::into)
@@ -125,7 +132,7 @@ impl PartitionLog {
         // The next segment's files may have been renamed into place with no fsync of the
         // directory (`super::spare`): that fsync makes them durable before anything counts
         // on them.
-        let synced = match files.sync().await {
+        let synced = match files.finish().await {
             Ok(()) => self.sync_dir().await,
             Err(error) => Err(StorageError::io(&self.dir, error)),
         };

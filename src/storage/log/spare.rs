@@ -16,6 +16,25 @@
 //!
 //! A roll that finds no spare ready makes the segment in place, syncs included.
 //!
+//! # The spare WAL's space, reserved under `never` and `interval`
+//!
+//! There the WAL grows by buffered writes, and ext4 allocates its blocks at write-back
+//! (delayed allocation), holding the inode's block map lock and reading block bitmaps from
+//! a disk busy with seals and write-out. A WAL write that needs the lock meanwhile waits
+//! with every ack of its partition: stalls of tens to hundreds of milliseconds at the
+//! maximum rate (docs/LATENCY.md, (h) and (k)). So the spare's WAL gets its whole segment
+//! allocated past its end when it is made (`fallocate` with `FALLOC_FL_KEEP_SIZE`, off the
+//! path, before anyone writes to it): its size stays 0, readers and recovery see the same
+//! file as without it, and filling it allocates nothing. The seal gives back what the
+//! segment did not fill (`super::seal`); a crash leaves the reservation past the end of
+//! the active segment, which goes on filling it.
+//!
+//! The cost is disk space: a partition that has filled half a segment holds its next
+//! segment's space ahead of its data. A file system that refuses (full, or without
+//! `fallocate`) gets a spare without a reservation. Not under `always`, whose
+//! pre-extension writes zeros ahead instead (`super::prealloc`), nor on tmpfs, where it
+//! would pin memory.
+//!
 //! # A crash around a spare
 //!
 //! | when | on disk | the next open |
@@ -28,7 +47,7 @@ use std::rc::Rc;
 use tracing::warn;
 
 use super::PartitionLog;
-use crate::storage::segment::{self, Segment};
+use crate::storage::segment::{self, Segment, WalReservation};
 use crate::storage::{FsyncPolicy, StorageError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,12 +75,22 @@ impl PartitionLog {
         let spare = Rc::clone(&self.spare);
         let path = self.dir.clone();
         let index_entries = self.config.index_entries;
+        let wal_reserve_bytes = self.spare_reserve_bytes();
         glommio::spawn_local(async move {
             let made = glommio::executor()
-                .spawn_blocking(move || segment::make_spare(&dir, index_entries))
+                .spawn_blocking(move || segment::make_spare(&dir, index_entries, wal_reserve_bytes))
                 .await;
             match made {
-                Ok(()) => spare.set(Spare::Ready),
+                Ok(reservation) => {
+                    if let WalReservation::Refused(error) = reservation {
+                        warn!(
+                            dir = %path.display(),
+                            %error,
+                            "could not reserve the next segment's space; its writes allocate it"
+                        );
+                    }
+                    spare.set(Spare::Ready);
+                }
                 Err(error) => {
                     // The next roll makes its segment in place.
                     warn!(dir = %path.display(), %error, "could not make the next segment ahead");
@@ -70,6 +99,17 @@ impl PartitionLog {
             }
         })
         .detach();
+    }
+
+    /// The bytes to reserve for the spare's WAL (see the module's documentation).
+    pub(super) fn spare_reserve_bytes(&self) -> u64 {
+        let reserves =
+            self.config.fsync != FsyncPolicy::Always && !crate::storage::fs::is_tmpfs(&self.dir);
+        if reserves {
+            self.config.segment_bytes
+        } else {
+            0
+        }
     }
 
     /// The next active segment, at `base`: the spare if it is ready, else one made now.
@@ -87,5 +127,110 @@ impl PartitionLog {
             self.sync_dir().await?;
         }
         Ok(installed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+    use std::path::Path;
+    use std::time::{Duration, Instant};
+
+    use super::Spare;
+    use crate::protocol::record::encode_batch;
+    use crate::storage::segment::{SPARE_WAL, wal_path};
+    use crate::storage::{FsyncPolicy, LogConfig, PartitionLog};
+
+    const SEGMENT_BYTES: u64 = 1 << 20;
+
+    /// (file size, bytes allocated to it).
+    fn sizes(path: &Path) -> (u64, u64) {
+        let meta = std::fs::metadata(path).unwrap();
+        (meta.len(), meta.blocks() * 512)
+    }
+
+    async fn until_spare_ready(log: &PartitionLog) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while log.spare.get() != Spare::Ready {
+            assert!(Instant::now() < deadline, "no spare within 10 s");
+            glommio::timer::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Under `never` a spare's WAL holds its whole segment's blocks before anything is
+    /// written to it; the seal of a segment that stopped short of full, and a clean close,
+    /// give back what it did not fill. Under `always` no spare reserves anything. (Not on
+    /// tmpfs, where reservation is off: the test runs in a directory of the machine's disk.)
+    #[test]
+    fn a_spare_reserves_its_segment_and_seal_and_close_give_back_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        if crate::storage::fs::is_tmpfs(dir.path()) {
+            eprintln!("SKIPPED: the temporary directory is on tmpfs, where reservation is off");
+            return;
+        }
+        let root = dir.path().to_path_buf();
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                for fsync in [FsyncPolicy::Never, FsyncPolicy::Always] {
+                    let path = root.join(format!("{fsync:?}"));
+                    let config = LogConfig {
+                        fsync,
+                        segment_bytes: SEGMENT_BYTES,
+                        ..LogConfig::default()
+                    };
+                    // Three fill 900 KB of a 1 MiB segment; the fourth rolls it.
+                    let batch = encode_batch(0, b"", &[7u8; 300_000], 1);
+                    let log = PartitionLog::open(&path, config).await.unwrap();
+                    for _ in 0..2 {
+                        log.append(&batch, None).await.unwrap();
+                    }
+                    until_spare_ready(&log).await;
+                    let (len, allocated) = sizes(&path.join(SPARE_WAL));
+                    assert_eq!(len, 0, "a reservation does not change the size");
+                    if fsync == FsyncPolicy::Always {
+                        assert_eq!(allocated, 0, "no reservation under always");
+                        log.close().await.unwrap();
+                        continue;
+                    }
+                    assert!(allocated >= SEGMENT_BYTES, "reserved {allocated}");
+                    // The spare becomes segment 3 at the fourth batch, and rolls at the
+                    // seventh with 900 KB of its 1 MiB filled.
+                    for _ in 0..5 {
+                        log.append(&batch, None).await.unwrap();
+                        let &(_, active_bytes) = log.segments().last().unwrap();
+                        if active_bytes >= SEGMENT_BYTES / 2 {
+                            until_spare_ready(&log).await;
+                        }
+                    }
+                    let segments = log.segments();
+                    assert_eq!(segments.len(), 3, "{segments:?}");
+                    let (base, size) = segments[1];
+                    let (_, allocated) = sizes(&wal_path(&path, base));
+                    assert!(
+                        allocated >= SEGMENT_BYTES,
+                        "the rolled segment was reserved"
+                    );
+                    log.settle_seal().await.unwrap();
+                    let (len, allocated) = sizes(&wal_path(&path, base));
+                    assert_eq!(len, size);
+                    assert_eq!(
+                        allocated,
+                        size.next_multiple_of(4096),
+                        "the seal gave back the rest"
+                    );
+
+                    let (base, size) = segments[2];
+                    assert!(sizes(&wal_path(&path, base)).1 >= SEGMENT_BYTES);
+                    log.close().await.unwrap();
+                    assert_eq!(
+                        sizes(&wal_path(&path, base)),
+                        (size, size.next_multiple_of(4096)),
+                        "close gave back the rest"
+                    );
+                }
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }
