@@ -470,7 +470,7 @@ impl PartitionLog {
             !self.idx_behind_journal(),
             "the .idx is synced before the trim cuts the index journal off"
         );
-        let reserves = self.spare_reserve_bytes() > 0;
+        let reserves = self.reserves_wal_space();
         let (files, size, file_len) = {
             let mut st = self.state.borrow_mut();
             let active = st.segments.active_mut();

@@ -29,9 +29,11 @@
 //! segment did not fill (`super::seal`); a crash leaves the reservation past the end of
 //! the active segment, which goes on filling it.
 //!
-//! The cost is disk space: a partition that has filled half a segment holds its next
-//! segment's space ahead of its data. A file system that refuses (full, or without
-//! `fallocate`) gets a spare without a reservation. Not under `always`, whose
+//! The cost is disk space: a partition holds its next segment's space ahead of its data.
+//! So only a partition that filled half its active segment within
+//! [`RESERVE_IF_HALF_FULL_WITHIN`] reserves (it fills the reservation within minutes; a
+//! slow one allocates a little at a time, without the stalls), and a file system that
+//! refuses (full, or without `fallocate`) gets a spare without a reservation. Not under `always`, whose
 //! pre-extension writes zeros ahead instead (`super::prealloc`), nor on tmpfs, where it
 //! would pin memory.
 //!
@@ -43,6 +45,7 @@
 //! | after the renames, before the directory's fsync | the old names, or the new ones (an index under its new name at least whenever the WAL has its new one) | a new segment without data, or with batches that were never durable: scanned like any active segment |
 
 use std::rc::Rc;
+use std::time::Duration;
 
 use tracing::warn;
 
@@ -101,15 +104,19 @@ impl PartitionLog {
         .detach();
     }
 
-    /// The bytes to reserve for the spare's WAL (see the module's documentation).
-    pub(super) fn spare_reserve_bytes(&self) -> u64 {
-        let reserves =
-            self.config.fsync != FsyncPolicy::Always && !crate::storage::fs::is_tmpfs(&self.dir);
-        if reserves {
-            self.config.segment_bytes
-        } else {
-            0
+    /// Whether this log's WAL files may hold space reserved past their end (see the
+    /// module's documentation): the seal and close give it back.
+    pub(super) fn reserves_wal_space(&self) -> bool {
+        self.config.fsync != FsyncPolicy::Always && !crate::storage::fs::is_tmpfs(&self.dir)
+    }
+
+    /// The bytes to reserve for the spare's WAL, now that the active segment is half full.
+    fn spare_reserve_bytes(&self) -> u64 {
+        if !self.reserves_wal_space() {
+            return 0;
         }
+        let half_full_after = self.state.borrow().segments.active().opened_at.elapsed();
+        reserve_bytes(half_full_after, self.config.segment_bytes)
     }
 
     /// The next active segment, at `base`: the spare if it is ready, else one made now.
@@ -127,6 +134,22 @@ impl PartitionLog {
             self.sync_dir().await?;
         }
         Ok(installed)
+    }
+}
+
+/// A partition whose active segment took longer than this to fill half way gets a spare
+/// without a reservation: its writes come slowly enough that write-back allocates a little
+/// at a time, and a reservation would hold a segment of disk space for a long while. At
+/// the default segment size, half a segment in a minute is 2.2 MB/s.
+const RESERVE_IF_HALF_FULL_WITHIN: Duration = Duration::from_secs(60);
+
+/// The bytes to reserve for a spare whose active segment filled half way in
+/// `half_full_after` (0: none).
+fn reserve_bytes(half_full_after: Duration, segment_bytes: u64) -> u64 {
+    if half_full_after <= RESERVE_IF_HALF_FULL_WITHIN {
+        segment_bytes
+    } else {
+        0
     }
 }
 
@@ -155,6 +178,19 @@ mod tests {
             assert!(Instant::now() < deadline, "no spare within 10 s");
             glommio::timer::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    #[test]
+    fn only_a_partition_that_fills_fast_reserves() {
+        let segment_bytes = 256 << 20;
+        let within = super::RESERVE_IF_HALF_FULL_WITHIN;
+        assert_eq!(
+            super::reserve_bytes(Duration::ZERO, segment_bytes),
+            segment_bytes
+        );
+        assert_eq!(super::reserve_bytes(within, segment_bytes), segment_bytes);
+        let slow = within + Duration::from_millis(1);
+        assert_eq!(super::reserve_bytes(slow, segment_bytes), 0);
     }
 
     /// Under `never` a spare's WAL holds its whole segment's blocks before anything is
@@ -193,23 +229,21 @@ mod tests {
                         continue;
                     }
                     assert!(allocated >= SEGMENT_BYTES, "reserved {allocated}");
-                    // The spare becomes segment 3 at the fourth batch, and rolls at the
-                    // seventh with 900 KB of its 1 MiB filled.
-                    for _ in 0..5 {
+                    // The spare becomes the second segment at the fourth batch, and rolls
+                    // at the seventh with 900 KB of its 1 MiB filled.
+                    for _ in 3..=6 {
                         log.append(&batch, None).await.unwrap();
-                        let &(_, active_bytes) = log.segments().last().unwrap();
-                        if active_bytes >= SEGMENT_BYTES / 2 {
-                            until_spare_ready(&log).await;
-                        }
                     }
+                    until_spare_ready(&log).await;
+                    let (base, size) = *log.segments().last().unwrap();
+                    assert_eq!(size, 3 * batch.len() as u64);
+                    let (len, allocated) = sizes(&wal_path(&path, base));
+                    assert_eq!(len, size);
+                    assert!(allocated >= SEGMENT_BYTES, "the active segment is reserved");
+                    log.append(&batch, None).await.unwrap();
                     let segments = log.segments();
                     assert_eq!(segments.len(), 3, "{segments:?}");
-                    let (base, size) = segments[1];
-                    let (_, allocated) = sizes(&wal_path(&path, base));
-                    assert!(
-                        allocated >= SEGMENT_BYTES,
-                        "the rolled segment was reserved"
-                    );
+                    assert_eq!(segments[1], (base, size));
                     log.settle_seal().await.unwrap();
                     let (len, allocated) = sizes(&wal_path(&path, base));
                     assert_eq!(len, size);
