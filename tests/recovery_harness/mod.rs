@@ -82,11 +82,23 @@ pub async fn open(path: &Path, config: &LogConfig, what: &str) -> Outcome<Rc<Par
         .map_err(|e| format!("{what}: open failed: {e}"))
 }
 
+/// How long `crash` waits for the log's background tasks before it calls the test failed.
+const CRASH_WAIT_MAX: Duration = Duration::from_secs(30);
+
 /// Simulates kill -9: drops the log without `close()`, once no I/O task holds it any more, so
 /// that the next open is the only user of the files.
+///
+/// It sleeps between looks rather than yielding: a task that only yields keeps the executor
+/// busy, so it polls the io_uring that the tasks it waits for need far less often (1000
+/// property cases took ~12 min with `yield_now`, 35 s with a 1 ms sleep).
 pub async fn crash(log: Rc<PartitionLog>) {
+    let deadline = std::time::Instant::now() + CRASH_WAIT_MAX;
     while Rc::strong_count(&log) > 1 {
-        glommio::executor().yield_now().await;
+        assert!(
+            std::time::Instant::now() < deadline,
+            "crash: the log's background tasks still hold it after {CRASH_WAIT_MAX:?}"
+        );
+        glommio::timer::sleep(Duration::from_millis(1)).await;
     }
     drop(log);
 }
