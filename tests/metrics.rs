@@ -328,6 +328,17 @@ fn scrape_reports_traffic_and_lag_follows_the_consumer() {
     assert!((1.0..=20.0).contains(&fsyncs), "fsyncs {fsyncs}");
     assert!(m.sum("pagurus_fsync_duration_seconds_sum", &[]) > 0.0);
     assert_eq!(m.sum("pagurus_fsync_errors_total", &[]), 0.0);
+    // Every produce request was acknowledged once, each after an fsync of its own (one
+    // request at a time): its ack took at least that fsync.
+    assert_eq!(
+        m.sum("pagurus_produce_ack_duration_seconds_count", &[]),
+        20.0
+    );
+    assert!(
+        m.sum("pagurus_produce_ack_duration_seconds_sum", &[])
+            >= m.sum("pagurus_fsync_duration_seconds_sum", &[]) * 0.5,
+        "acks that waited for fsyncs take at least part of their time"
+    );
     // Each round made one WAL write of its batches, inline or through io_uring
     // (`storage::log::inline`), and a round that synced the WAL alone one more, of its
     // index journal record (`storage::index_journal`; none on tmpfs, where it is off).
@@ -435,4 +446,62 @@ fn metrics_endpoint_refuses_bad_requests_and_keeps_serving() {
     client
         .produce("still-up", 0, &[encode_batch(0, b"", b"x", 1)])
         .unwrap();
+}
+
+/// `pagurus bench --broker-metrics` reports the broker's own share of the acks it measured:
+/// every ack of the window counted, and no more of the broker's time than the client saw.
+#[test]
+fn bench_reports_the_brokers_share_of_the_ack() {
+    let (_dir, broker, metrics) = start(2);
+    let bench = |metrics_addr: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_pagurus"))
+            .args([
+                "bench",
+                "--broker",
+                &broker.addr.to_string(),
+                "--producers",
+                "2",
+                "--consumers",
+                "0",
+                "--count",
+                "2000",
+                "--batch",
+                "10",
+                "--warmup",
+                "0",
+                "--json",
+                "--quiet",
+                "--broker-metrics",
+                metrics_addr,
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "bench: {stderr}");
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+
+    let report = bench(&metrics.to_string());
+    let share = &report["broker_ack_latency_us"];
+    // No warm-up: the window holds every produce of the run, 2000 / 10 batches.
+    assert_eq!(share["count"], 200, "{report}");
+    let client = &report["produce"]["ack_latency_us"];
+    for q in ["p50", "p90", "p99"] {
+        let broker_us = share[q].as_f64().unwrap();
+        let client_us = client[q].as_f64().unwrap();
+        assert!(broker_us > 0.0, "{q}: {report}");
+        // Each ack's broker time is part of the client's; a bucket estimate can sit
+        // anywhere in its bucket, whose upper bound is at most 2.5 times its lower one
+        // (and 25 us above it at the finest).
+        assert!(
+            broker_us <= client_us * 2.5 + 25.0,
+            "{q}: the broker's share {broker_us} us exceeds the client's {client_us} us"
+        );
+    }
+
+    // A metrics address with nothing behind it: the run stands, the share says why not.
+    let report = bench(&format!("127.0.0.1:{}", free_port()));
+    let error = report["broker_ack_latency_us"]["error"].as_str().unwrap();
+    assert!(error.contains("cannot scrape"), "{report}");
+    assert_eq!(report["produce"]["messages_total"], 2000, "{report}");
 }

@@ -13,7 +13,9 @@
 //! thread each, for comparison.
 //!
 //! - [`report`]: percentiles, `.hgrm` files, the SVG chart, JSON.
+//! - [`broker_share`]: the broker's own share of the ack, from its metrics.
 
+mod broker_share;
 mod glommio;
 pub mod report;
 mod workers;
@@ -128,6 +130,12 @@ pub struct BenchArgs {
     /// wake-ups out of the latencies (with `taskset`, to keep it off the broker's CPUs).
     #[arg(long, default_value_t = 0, value_parser = crate::config::parse_idle_poll_us)]
     pub idle_poll_us: u64,
+    /// The broker's `--metrics-listen` address (HOST:PORT): the report then adds the
+    /// broker's own share of the produce ack (its `pagurus_produce_ack_duration_seconds`
+    /// over the measured window, estimated from its buckets), to set against the ack
+    /// latency the client measures.
+    #[arg(long, value_name = "ADDR")]
+    pub broker_metrics: Option<String>,
     #[command(flatten)]
     pub target: BrokerArgs,
 }
@@ -311,6 +319,10 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         .filter(|mine| !mine.is_empty())
         .collect();
 
+    let window = args
+        .broker_metrics
+        .as_deref()
+        .map(|addr| broker_share::WindowStart::open(addr, shared.measure_from));
     let progress = report::Progress::new(&args);
     let results = match args.client {
         ClientKind::Blocking => run_blocking(&shared, producer_specs, consumer_specs, &progress),
@@ -320,8 +332,12 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     if args.producers > 0 && !args.keep_topics {
         delete_topics(&args.target, &created);
     }
+    let broker_ack = window
+        .zip(args.broker_metrics.as_deref())
+        .map(|(window, addr)| window.close(addr));
     let (producer_results, consumer_results) = results?;
-    let report = report::Report::build(&shared, &producer_results, &consumer_results);
+    let mut report = report::Report::build(&shared, &producer_results, &consumer_results);
+    report.broker_ack = broker_ack;
     report.print(&args);
     if let Some(dir) = &args.out {
         report

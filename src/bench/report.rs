@@ -11,6 +11,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
+use crate::bench::broker_share::AckBuckets;
 use crate::bench::workers::WorkerResult;
 use crate::bench::{BenchArgs, Shared, histogram};
 
@@ -193,6 +194,9 @@ pub struct Report {
     pub produce: Side,
     pub consume: Side,
     pub config: Value,
+    /// The broker's own ack times over the measured window (`--broker-metrics`), or why
+    /// they could not be read.
+    pub broker_ack: Option<Result<AckBuckets, String>>,
 }
 
 const PERCENTILES: [(&str, f64); 5] = [
@@ -202,6 +206,17 @@ const PERCENTILES: [(&str, f64); 5] = [
     ("p999", 99.9),
     ("p9999", 99.99),
 ];
+
+/// The broker's share, with the client's percentiles but the extremes (its buckets cannot
+/// tell them).
+fn broker_percentiles_us(buckets: &AckBuckets) -> Value {
+    let mut map = serde_json::Map::new();
+    map.insert("count".into(), json!(buckets.count()));
+    for (name, q) in &PERCENTILES[..4] {
+        map.insert((*name).into(), json!(buckets.quantile_us(q / 100.0)));
+    }
+    Value::Object(map)
+}
 
 fn percentiles_us(h: &Histogram<u64>) -> Value {
     let mut map = serde_json::Map::new();
@@ -241,6 +256,7 @@ impl Report {
                 "client": format!("{:?}", args.client).to_lowercase(),
                 "threads": args.threads,
             }),
+            broker_ack: None,
         }
     }
 
@@ -264,6 +280,11 @@ impl Report {
                 "seconds": self.consume.seconds,
             },
             "end_to_end_latency_us": percentiles_us(&self.consume.latency_ns),
+            "broker_ack_latency_us": match &self.broker_ack {
+                None => Value::Null,
+                Some(Ok(buckets)) => broker_percentiles_us(buckets),
+                Some(Err(error)) => json!({ "error": error }),
+            },
             "config": self.config,
         })
     }
@@ -311,6 +332,27 @@ impl Report {
                 let _ = write!(out, " {:>9.1}", h.value_at_percentile(q) as f64 / 1000.0);
             }
             let _ = writeln!(out, " {:>9.1}", h.max() as f64 / 1000.0);
+        }
+        match &self.broker_ack {
+            None => {}
+            Some(Ok(buckets)) if buckets.count() > 0 => {
+                let _ = write!(out, "{:<22}", "broker's share of ack");
+                for (_, q) in &PERCENTILES[..4] {
+                    let us = buckets.quantile_us(q / 100.0).unwrap_or(0.0);
+                    let _ = write!(out, " {us:>9.1}");
+                }
+                let _ = writeln!(
+                    out,
+                    "  (its metrics, {} acks; bucket estimates)",
+                    buckets.count()
+                );
+            }
+            Some(Ok(_)) => {
+                let _ = writeln!(out, "broker's share of ack: no acks counted in the window");
+            }
+            Some(Err(error)) => {
+                let _ = writeln!(out, "broker's share of ack: unavailable: {error}");
+            }
         }
         print!("{out}");
     }

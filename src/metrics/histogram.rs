@@ -10,6 +10,14 @@ pub const FSYNC_BOUNDS_US: [u64; 15] = [
     1_000_000, 2_500_000,
 ];
 
+/// Upper bounds of produce acknowledgement times, in microseconds (rendered in seconds):
+/// fine where one message in flight lives (tens to hundreds of microseconds), coarse past
+/// a millisecond, up to a produce that waited a second.
+pub const PRODUCE_ACK_BOUNDS_US: [u64; 20] = [
+    25, 50, 75, 100, 125, 150, 175, 200, 250, 300, 350, 500, 750, 1_000, 2_500, 5_000, 10_000,
+    50_000, 250_000, 1_000_000,
+];
+
 /// Upper bounds of group-commit round sizes: batches written by one write (and, under
 /// `fsync = always`, made durable by one fdatasync).
 pub const GROUP_COMMIT_BOUNDS: [u64; 12] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096];

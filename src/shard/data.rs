@@ -57,7 +57,14 @@ pub enum BatchSource {
 }
 
 /// A produce started by [`Shard::start_produce`] and not yet acknowledged.
-pub enum ProduceInFlight {
+pub struct ProduceInFlight {
+    /// When its batches reached the shard: the start of `pagurus_produce_ack_duration_seconds`.
+    started: Instant,
+    state: InFlightState,
+}
+
+/// Where a produce in flight waits.
+enum InFlightState {
     /// Staged on this core; acknowledged once `last` is committed.
     Local {
         log: Rc<PartitionLog>,
@@ -102,6 +109,7 @@ impl Shard {
         partition: u32,
         batches: Batches<'_>,
     ) -> Result<ProduceInFlight, Failure> {
+        let started = Instant::now();
         let meta = self.topic_on_demand(topic).await?;
         check_partition(&meta, partition)?;
         let owner = self.owner(&meta.name, partition);
@@ -129,10 +137,13 @@ impl Shard {
             // The write and fsync start now, even while the connection waits on something
             // else (a long poll ahead of this produce).
             log.kick();
-            return Ok(ProduceInFlight::Local {
-                log,
-                base_offset,
-                last,
+            return Ok(ProduceInFlight {
+                started,
+                state: InFlightState::Local {
+                    log,
+                    base_offset,
+                    last,
+                },
             });
         }
         let call = match batches {
@@ -170,33 +181,38 @@ impl Shard {
         Metrics::inc(&self.metrics.mesh_calls);
         Metrics::inc(&self.metrics.mesh_produces);
         let in_flight = self.mesh.start(owner, call).await?;
-        Ok(ProduceInFlight::Remote(in_flight))
+        Ok(ProduceInFlight {
+            started,
+            state: InFlightState::Remote(in_flight),
+        })
     }
 
     /// True when [`Shard::finish_produce`] would not wait.
     pub fn produce_ready(&self, produce: &ProduceInFlight) -> bool {
-        match produce {
-            ProduceInFlight::Local { log, last, .. } => log.is_committed(last).unwrap_or(true),
-            ProduceInFlight::Remote(in_flight) => self.mesh.is_answered(in_flight),
+        match &produce.state {
+            InFlightState::Local { log, last, .. } => log.is_committed(last).unwrap_or(true),
+            InFlightState::Remote(in_flight) => self.mesh.is_answered(in_flight),
         }
     }
 
     /// Waits until a started produce is acknowledged (durable under `fsync = always`).
     pub async fn finish_produce(&self, produce: ProduceInFlight) -> Result<Produced, Failure> {
-        match produce {
-            ProduceInFlight::Local {
+        let produced = match produce.state {
+            InFlightState::Local {
                 log,
                 base_offset,
                 last,
             } => {
                 log.commit(last).await?;
-                Ok(Produced {
+                Produced {
                     base_offset,
                     next_offset: last.end_offset,
-                })
+                }
             }
-            ProduceInFlight::Remote(in_flight) => self.mesh.finish(in_flight).await,
-        }
+            InFlightState::Remote(in_flight) => self.mesh.finish(in_flight).await?,
+        };
+        crate::metrics::io::record_produce_ack(produce.started.elapsed());
+        Ok(produced)
     }
 
     /// Both halves of a produce.

@@ -86,4 +86,16 @@ pub(super) fn render_io(out: &mut Out, cores: &[&CoreSnapshot]) {
             Scale::One,
         );
     }
+    out.family_histogram(
+        "pagurus_produce_ack_duration_seconds",
+        "Time from a produce's batches handed to the shard (read, parsed, checked) to their acknowledgement, the hop to the owner core included; reading the request and sending the answer are not in it.",
+    );
+    for snapshot in cores {
+        out.histogram(
+            "pagurus_produce_ack_duration_seconds",
+            snapshot.core,
+            &snapshot.io.produce_ack_us,
+            Scale::MicrosToSeconds,
+        );
+    }
 }
