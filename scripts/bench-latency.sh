@@ -14,7 +14,9 @@
 # never; 10 producers, 4 partitions, batches of 100 x 100 B, open loop at RATE msg/s under
 # always (bench.sh uses half of its measured max; give that figure as RATE). With 2 CPUs,
 # pinning leaves the broker one CPU: both rows matter. Each row also gives the CPU time per
-# message of the broker and of the bench client. See docs/LATENCY.md.
+# message of the broker and of the bench client, and the broker's own share of the ack
+# (its pagurus_produce_ack_duration_seconds over the measured window, bench --broker-metrics).
+# See docs/LATENCY.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QUICK=${QUICK:-0}
@@ -48,9 +50,10 @@ run() { # config, policy, label, bench args...
     broker_pin=(taskset -c "$BROKER_CPUS"); client_pin=(taskset -c "$CLIENT_CPUS")
   fi
   PORT=$((12000 + RANDOM % 18000))  # below the ephemeral range (see bench.sh)
+  METRICS_PORT=$((PORT - 1000))
   rm -rf "$WORK/data"
   "${broker_pin[@]}" "$BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --fsync "$policy" \
-    2>"$OUT/broker-$config-$label.log" &
+    --metrics-listen 127.0.0.1:$METRICS_PORT 2>"$OUT/broker-$config-$label.log" &
   BROKER=$!
   for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && break; sleep 0.05; done
   echo ">> $config $label: pagurus bench $*" >&2
@@ -60,7 +63,8 @@ run() { # config, policy, label, bench args...
   [ -x /usr/bin/time ] && timer=(/usr/bin/time -f "%U %S" -o "$OUT/$config-$label.client-cpu")
   broker_ticks=$(cpu_ticks "$BROKER")
   "${timer[@]}" "${client_pin[@]}" timeout $((DURATION + 60)) "$BIN" bench --broker 127.0.0.1:$PORT --json --quiet \
-    --out "$OUT" --label "$config-$label" --duration "$DURATION" --warmup 1 --topic-prefix "$label" --idle-poll-us "$CLIENT_IDLE_POLL_US" "$@" \
+    --out "$OUT" --label "$config-$label" --duration "$DURATION" --warmup 1 --topic-prefix "$label" --idle-poll-us "$CLIENT_IDLE_POLL_US" \
+    --broker-metrics 127.0.0.1:$METRICS_PORT "$@" \
     >"$OUT/$config-$label.json"
   echo $(($(cpu_ticks "$BROKER") - broker_ticks)) >"$OUT/$config-$label.broker-ticks"
   kill -TERM "$BROKER"; wait "$BROKER" || true; BROKER=""
@@ -83,8 +87,10 @@ out, bcpus, ccpus, tck, configs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys
 print(f"pinned = broker on CPUs {bcpus}, bench client on CPUs {ccpus} (taskset). Latencies in us;")
 print("CPU: microseconds of CPU time per produced message, broker (all threads) / bench client.")
 print()
-print("| config | workload | produce msg/s | ack p50 / p90 / p99 / p99.9 / max | e2e p50 / p99 / max | CPU us/msg broker / client |")
-print("|---|---|---|---|---|---|")
+print("Broker's share: the broker's own ack time p50 / p99 (its metrics, bucket estimates).")
+print()
+print("| config | workload | produce msg/s | ack p50 / p90 / p99 / p99.9 / max | broker's share p50 / p99 | e2e p50 / p99 / max | CPU us/msg broker / client |")
+print("|---|---|---|---|---|---|---|")
 for config in configs:
     for label in ("one-always", "one-never", "half-always"):
         base = f"{out}/{config}-{label}"
@@ -96,6 +102,8 @@ for config in configs:
         client = f"{base}.client-cpu"
         client_us = (f"{sum(map(float, open(client).read().split())) * 1e6 / n:,.1f}"
                      if os.path.exists(client) else "-")
+        b = r.get("broker_ack_latency_us") or {}
+        share = lat(b, ["p50", "p99"]) if b.get("p50") is not None else "-"
         print(f"| {config} | {label} | {p['msgs_per_s']:,.0f} | {lat(a, ['p50', 'p90', 'p99', 'p999', 'max'])} "
-              f"| {lat(e, ['p50', 'p99', 'max'])} | {broker_us:,.1f} / {client_us} |")
+              f"| {share} | {lat(e, ['p50', 'p99', 'max'])} | {broker_us:,.1f} / {client_us} |")
 PY

@@ -13,9 +13,9 @@ pub const FSYNC_BOUNDS_US: [u64; 15] = [
 /// Upper bounds of produce acknowledgement times, in microseconds (rendered in seconds):
 /// fine where one message in flight lives (tens to hundreds of microseconds), coarse past
 /// a millisecond, up to a produce that waited a second.
-pub const PRODUCE_ACK_BOUNDS_US: [u64; 20] = [
+pub const PRODUCE_ACK_BOUNDS_US: [u64; 22] = [
     25, 50, 75, 100, 125, 150, 175, 200, 250, 300, 350, 500, 750, 1_000, 2_500, 5_000, 10_000,
-    50_000, 250_000, 1_000_000,
+    25_000, 50_000, 100_000, 250_000, 1_000_000,
 ];
 
 /// Upper bounds of group-commit round sizes: batches written by one write (and, under
