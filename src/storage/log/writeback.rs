@@ -124,7 +124,12 @@ fn write_out(fd: &File, previous: (u64, u64), window: (u64, u64)) -> std::io::Re
     sync_file_range(fd, window, SYNC_FILE_RANGE_WRITE)
 }
 
-fn sync_file_range(fd: &File, (from, to): (u64, u64), flags: u32) -> std::io::Result<()> {
+/// `sync_file_range(2)` over `[from, to)` of `fd`.
+pub(super) fn sync_file_range(
+    fd: &File,
+    (from, to): (u64, u64),
+    flags: u32,
+) -> std::io::Result<()> {
     let (Ok(offset), Ok(len)) = (i64::try_from(from), i64::try_from(to - from)) else {
         return Err(std::io::Error::other("write-back range beyond i64"));
     };
