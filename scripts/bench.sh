@@ -52,8 +52,9 @@ trap cleanup EXIT
 start_broker() { # fsync policy
   PORT=$((12000 + RANDOM % 18000))  # below the ephemeral range (32768+), where shard ports (PORT+1+core) could collide with outgoing connections
   rm -rf "$WORK/data"
+  METRICS_PORT=$((PORT - 1000))
   "${BROKER_PIN[@]}" "$BROKER_BIN" serve --data-dir "$WORK/data" --listen 127.0.0.1:$PORT --cores "$CORES" --fsync "$1" \
-    2>"$OUT/broker-$1.log" &
+    --metrics-listen 127.0.0.1:$METRICS_PORT 2>"$OUT/broker-$1.log" &
   BROKER=$!
   for _ in $(seq 200); do (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return; sleep 0.05; done
   echo "broker did not start"; exit 1
@@ -64,7 +65,7 @@ bench() { # label, args...
   local label=$1; shift
   echo ">> $label: pagurus bench $*" >&2
   "${CLIENT_PIN[@]}" "$BIN" bench --broker 127.0.0.1:$PORT --client "${BENCH_CLIENT:-$CLIENT}" --threads "$THREADS" --json --quiet \
-    --out "$OUT" --label "$label" "$@" > "$OUT/$label.json"
+    --broker-metrics 127.0.0.1:$METRICS_PORT --out "$OUT" --label "$label" "$@" > "$OUT/$label.json"
 }
 
 row() { # label, description
@@ -75,8 +76,10 @@ p, c, e = r["produce"], r["consume"], r["end_to_end_latency_us"]
 a = p["ack_latency_us"]
 f = lambda x: f"{x:,.0f}"
 lat = lambda h, keys: " / ".join(f"{h[k]:,.0f}" for k in keys)
+b = r.get("broker_ack_latency_us") or {}
+share = lat(b, ["p50", "p99"]) if b.get("p50") is not None else "-"
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {f(p['msgs_per_s'])} | {p['mb_per_s']:.1f} | {f(c['msgs_per_s'])} | "
-      f"{c['mb_per_s']:.1f} | {lat(a, ['p50', 'p90', 'p99', 'p999', 'max'])} | {lat(e, ['p50', 'p99', 'p999', 'max'])} |")
+      f"{c['mb_per_s']:.1f} | {lat(a, ['p50', 'p90', 'p99', 'p999', 'max'])} | {share} | {lat(e, ['p50', 'p99', 'p999', 'max'])} |")
 PY
 }
 
@@ -139,10 +142,11 @@ ALLOCS=$(cargo bench --quiet --bench ingest_alloc -- "${ALLOC_ARGS[@]}" 2>/dev/n
   echo "broker CPUs: ${BROKER_CPUS:-any}, client CPUs: ${CLIENT_CPUS:-any}, broker binary: $BROKER_BIN,"
   echo "the $CLIENT client ($THREADS bench thread(s) with the glommio client). Latencies in"
   echo "microseconds; ack = produce acknowledgement, e2e = produce to consume, both from the"
-  echo "intended send time (open loop). MB/s counts record bytes."
+  echo "intended send time (open loop). MB/s counts record bytes. Broker's share: the broker's"
+  echo "own ack time from its metrics (pagurus_produce_ack_duration_seconds, bucket estimates)."
   echo
-  echo "| run | workload | produce msg/s | produce MB/s | consume msg/s | consume MB/s | ack p50 / p90 / p99 / p99.9 / max | e2e p50 / p99 / p99.9 / max |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| run | workload | produce msg/s | produce MB/s | consume msg/s | consume MB/s | ack p50 / p90 / p99 / p99.9 / max | broker's share p50 / p99 | e2e p50 / p99 / p99.9 / max |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for r in "${ROWS[@]}"; do echo "$r"; done
   echo
   for c in "${CHECKS[@]}"; do echo "- $c"; done
