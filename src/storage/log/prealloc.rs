@@ -231,8 +231,6 @@ impl PartitionLog {
     }
 }
 
-/// Zeroes and syncs what `job` says, through descriptors of its own. Runs on the blocking
-/// pool.
 /// Writes zeros over `[from, to)` of the WAL one piece at a time, each written back as soon
 /// as it is written, with at most two pieces written and not yet on disk.
 ///
@@ -268,6 +266,8 @@ fn zero_and_write_back(wal: &std::fs::File, from: u64, to: u64) -> std::io::Resu
     Ok(())
 }
 
+/// Zeroes and syncs what `job` says, through descriptors of its own. Runs on the blocking
+/// pool.
 fn run(job: &Job) -> std::io::Result<()> {
     if let Some((from, to)) = job.zero {
         let wal = OpenOptions::new().write(true).open(&job.wal)?;
