@@ -79,33 +79,43 @@ impl AckBuckets {
 /// The broker's counts when the measured window opened: scraped at once when it is already
 /// open (no warm-up), else on a thread of its own when it opens, so the workers start on
 /// time.
-pub enum WindowStart {
+pub struct Window {
+    addr: String,
+    start: WindowStart,
+}
+
+enum WindowStart {
     Scraped(Result<AckBuckets, String>),
     Scraping(std::thread::JoinHandle<Result<AckBuckets, String>>),
 }
 
-impl WindowStart {
-    pub fn open(addr: &str, opens: Instant) -> WindowStart {
+impl Window {
+    pub fn open(addr: &str, opens: Instant) -> Window {
         let wait = opens.saturating_duration_since(Instant::now());
-        if wait.is_zero() {
-            return WindowStart::Scraped(scrape(addr));
+        let start = if wait.is_zero() {
+            WindowStart::Scraped(scrape(addr))
+        } else {
+            let addr = addr.to_string();
+            WindowStart::Scraping(std::thread::spawn(move || {
+                std::thread::sleep(wait);
+                scrape(&addr)
+            }))
+        };
+        Window {
+            addr: addr.to_string(),
+            start,
         }
-        let addr = addr.to_string();
-        WindowStart::Scraping(std::thread::spawn(move || {
-            std::thread::sleep(wait);
-            scrape(&addr)
-        }))
     }
 
     /// What the broker counted from the window's start until now.
-    pub fn close(self, addr: &str) -> Result<AckBuckets, String> {
-        let before = match self {
+    pub fn close(self) -> Result<AckBuckets, String> {
+        let before = match self.start {
             WindowStart::Scraped(before) => before,
             WindowStart::Scraping(thread) => thread
                 .join()
                 .unwrap_or_else(|_| Err("the scrape thread panicked".into())),
         }?;
-        scrape(addr)?.since(&before)
+        scrape(&self.addr)?.since(&before)
     }
 }
 

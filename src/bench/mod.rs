@@ -322,7 +322,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     let window = args
         .broker_metrics
         .as_deref()
-        .map(|addr| broker_share::WindowStart::open(addr, shared.measure_from));
+        .map(|addr| broker_share::Window::open(addr, shared.measure_from));
     let progress = report::Progress::new(&args);
     let results = match args.client {
         ClientKind::Blocking => run_blocking(&shared, producer_specs, consumer_specs, &progress),
@@ -332,9 +332,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
     if args.producers > 0 && !args.keep_topics {
         delete_topics(&args.target, &created);
     }
-    let broker_ack = window
-        .zip(args.broker_metrics.as_deref())
-        .map(|(window, addr)| window.close(addr));
+    let broker_ack = window.map(broker_share::Window::close);
     let (producer_results, consumer_results) = results?;
     let mut report = report::Report::build(&shared, &producer_results, &consumer_results);
     report.broker_ack = broker_ack;

@@ -1,4 +1,5 @@
-//! The storage I/O families of one scrape: fsync rounds, group commit, WAL write routes.
+//! The storage I/O families of one scrape: fsync rounds, group commit, WAL write routes, and
+//! the produce ack time.
 
 use super::{Kind, Out, Scale};
 use crate::metrics::snapshot::CoreSnapshot;
