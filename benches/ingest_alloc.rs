@@ -3,12 +3,15 @@
 //! and its response encoded, by 16 concurrent producers on one core, as the broker's
 //! connection tasks do it (the socket reads and writes themselves are left out).
 //!
-//! Per-batch work (decode, validate, CRC, offset assignment, index entry, copy into the
-//! pending buffer, response encoding) must allocate nothing. Each group-commit flush does
-//! allocate a constant amount (glommio's io_uring operations own their buffers and state),
-//! so allocations per batch fall as more batches share a flush; the report shows both.
+//! Nothing on that path allocates per batch, nor per write or flush: with one producer a
+//! flush is a batch. Write buffers are recycled per core (`storage::log::buffers`), the
+//! commit rounds' queue lives as long as the log's I/O task, and the vendored glommio
+//! reuses the state of its io_uring operations (vendor/README.md). What still allocates is
+//! per mebibyte written, not per batch: the background jobs that pre-extend the WAL under
+//! `always` and write it back under `never`/`interval` (a few allocations per job). The
+//! bench fails when any row makes more than [`ALLOCATIONS_PER_BATCH_MAX`].
 //!
-//!   cargo bench --bench ingest_alloc
+//!   cargo bench --bench ingest_alloc     (`cargo test --all-targets` runs it, shorter)
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::RefCell;
@@ -42,6 +45,10 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
+
+/// Well under one: an allocation per batch, write or flush makes a row 1.0 or more, while the
+/// per-mebibyte background jobs cost 0.01-0.09 per 10 KiB batch (measured on a 2-vCPU VM).
+const ALLOCATIONS_PER_BATCH_MAX: f64 = 0.25;
 
 struct Outcome {
     batches: u64,
@@ -160,7 +167,7 @@ fn main() {
     // `cargo test --all-targets` runs bench binaries too: keep that pass short.
     let quick =
         std::env::args().any(|a| a == "--test") || !std::env::args().any(|a| a == "--bench");
-    let per_producer = if quick { 200 } else { 5_000 };
+    let per_producer = if quick { 2_000 } else { 5_000 };
     println!(
         "ingest path allocations (decode + stage + commit + encode response), 100 x 100 B per batch"
     );
@@ -174,6 +181,7 @@ fn main() {
         "batches/flush",
         "batches/s"
     );
+    let mut over = Vec::new();
     for (name, fsync) in [
         ("always", FsyncPolicy::Always),
         (
@@ -184,16 +192,27 @@ fn main() {
     ] {
         for producers in [1, 16] {
             let o = run(fsync, producers, per_producer);
+            let per_batch = o.allocations as f64 / o.batches as f64;
+            if per_batch > ALLOCATIONS_PER_BATCH_MAX {
+                over.push(format!("{name} with {producers} producers: {per_batch:.3}"));
+            }
             println!(
                 "{:<12} {:>9} {:>9} {:>12} {:>13.3} {:>16.1} {:>11.0}",
                 name,
                 producers,
                 o.batches,
                 o.allocations,
-                o.allocations as f64 / o.batches as f64,
+                per_batch,
                 o.batches_per_flush,
                 o.batches as f64 / o.elapsed.as_secs_f64()
             );
         }
+    }
+    if !over.is_empty() {
+        eprintln!(
+            "allocations per batch above {ALLOCATIONS_PER_BATCH_MAX}: {}",
+            over.join("; ")
+        );
+        std::process::exit(1);
     }
 }

@@ -14,9 +14,9 @@ use tracing::{info, warn};
 
 use super::inline::{self, RingWrite, Route};
 use super::journal::sync_round;
-use super::rounds::{OVERLAP_MIN_PENDING_BYTES, SyncSlots};
+use super::rounds::{OVERLAP_MIN_PENDING_BYTES, Rounds, SyncSlots};
 use super::seal::SealFiles;
-use super::{PENDING_CAPACITY_MIN_BYTES, PartitionLog};
+use super::{PENDING_CAPACITY_MIN_BYTES, PartitionLog, buffers};
 use crate::storage::watch::Watch;
 use crate::storage::{FsyncPolicy, StorageError, open};
 
@@ -62,8 +62,9 @@ impl PartitionLog {
         let log = Rc::downgrade(self);
         let signal = Rc::clone(&self.io_signal);
         glommio::spawn_local(async move {
-            // Boxed once, on the first round under `always`.
-            let mut slots = None;
+            // Made once, on the first round under `always`, and kept for the task's life so
+            // a round allocates nothing.
+            let mut rounds = None;
             loop {
                 let woken = signal.watch.changed();
                 {
@@ -75,8 +76,9 @@ impl PartitionLog {
                         && let Some(turn) = log.try_io_turn()
                     {
                         let round = if log.config.fsync == FsyncPolicy::Always {
-                            let slots = slots.get_or_insert_with(SyncSlots::new);
-                            log.commit_rounds(slots, sync_round).await
+                            let (slots, rounds) =
+                                rounds.get_or_insert_with(|| (SyncSlots::new(), Rounds::default()));
+                            log.commit_rounds(slots, rounds, sync_round).await
                         } else {
                             log.run_io().await
                         };
@@ -182,7 +184,7 @@ impl PartitionLog {
                 return Ok(());
             }
             let capacity = st.pending.len().max(PENDING_CAPACITY_MIN_BYTES);
-            let buf = std::mem::replace(&mut st.pending, Vec::with_capacity(capacity));
+            let buf = std::mem::replace(&mut st.pending, buffers::take(capacity));
             let batches = std::mem::take(&mut st.pending_batches);
             let position = st.pending_position;
             st.pending_position += buf.len() as u64;
@@ -198,10 +200,16 @@ impl PartitionLog {
         let len = buf.len();
         let wal_busy = self.pre_extending() || self.writing_back();
         let result = match inline::route(len, wal_busy) {
-            Route::Inline => inline::write(&wal, &buf, position).map_err(Into::into),
+            Route::Inline => {
+                let result = inline::write(&wal, &buf, position);
+                buffers::give(buf);
+                result.map_err(Into::into)
+            }
             Route::Ring => {
                 let _in_flight = RingWrite::start();
-                wal.write_at(buf, position).await
+                let (result, buf) = wal.write_at_reuse(buf, position).await;
+                buffers::give(buf);
+                result
             }
         };
         match result {

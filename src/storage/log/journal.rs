@@ -26,8 +26,8 @@ use std::rc::Rc;
 
 use glommio::io::BufferedFile;
 
-use super::PartitionLog;
 use super::inline::{self, RingWrite, Route};
+use super::{PartitionLog, buffers};
 use crate::storage::index_journal;
 use crate::storage::segment::SyncFiles;
 
@@ -55,7 +55,9 @@ pub(super) async fn sync_round(files: SyncFiles, how: RoundSync) -> std::io::Res
         RoundSync::RingRecord { wal, record, at } => {
             let len = record.len();
             let _in_flight = RingWrite::start();
-            matches!(wal.write_at(record, at).await, Ok(n) if n == len)
+            let (written, record) = wal.write_at_reuse(record, at).await;
+            buffers::give(record);
+            matches!(written, Ok(n) if n == len)
         }
     };
     if wal_only {
@@ -111,7 +113,11 @@ impl PartitionLog {
             },
             Route::Ring => RoundSync::RingRecord {
                 wal: Rc::clone(&writer.wal),
-                record: record.clone(),
+                record: {
+                    let mut copy = buffers::take(record.len());
+                    copy.extend_from_slice(&record);
+                    copy
+                },
                 at,
             },
         }

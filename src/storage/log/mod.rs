@@ -47,6 +47,7 @@
 //! - [`seal`]: a rolled segment's fdatasyncs, off the path of the next segment's batches;
 //! - [`spare`]: the next segment's files, made ahead of the roll;
 //! - [`read`]: read plans and reads;
+//! - [`buffers`]: write buffers, recycled per core;
 //! - [`maintenance`]: the narrow API compaction and retention change the segments through;
 //! - [`state`] and [`segments`]: the state and segment list those keep consistent.
 
@@ -60,6 +61,7 @@ use crate::storage::verify::Checks;
 use crate::storage::watch::Watch;
 use crate::storage::{FsyncPolicy, LogConfig, StorageError, open};
 
+mod buffers;
 mod inline;
 mod io;
 mod journal;

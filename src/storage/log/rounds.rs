@@ -90,6 +90,16 @@ pub(super) struct Rounds {
 }
 
 impl Rounds {
+    /// A new I/O turn: nothing is in flight since the last one ended, and a failure then
+    /// was answered then (its log is fenced).
+    pub(super) fn begin_turn(&mut self) {
+        assert!(
+            self.queue.is_empty(),
+            "an I/O turn ends with no round in flight"
+        );
+        self.failed = false;
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.queue.is_empty()
     }
@@ -213,25 +223,27 @@ enum Event {
 
 impl PartitionLog {
     /// Runs overlapping commit rounds until nothing is pending or in flight (then rolls, if
-    /// asked). The caller holds the I/O turn. `make` is [`super::journal::sync_round`]
+    /// asked). The caller holds the I/O turn, and `rounds` (empty between turns, kept so
+    /// its queue is not allocated again on every turn). `make` is [`super::journal::sync_round`]
     /// (passed in so the future's type can be named by the caller's `SyncSlots`).
     pub(super) async fn commit_rounds<F>(
         &self,
         slots: &mut SyncSlots<F>,
+        rounds: &mut Rounds,
         make: impl Fn(SyncFiles, RoundSync) -> F,
     ) -> Result<(), StorageError>
     where
         F: Future<Output = std::io::Result<bool>>,
     {
-        let mut rounds = Rounds::default();
+        rounds.begin_turn();
         let mut write_failed = None;
         loop {
             while let Some((slot, outcome)) = slots.finished_now().await {
-                self.finish_round(&mut rounds, slot, outcome);
+                self.finish_round(rounds, slot, outcome);
             }
-            if write_failed.is_none() && self.round_wanted(&rounds) {
-                match self.write_applying(&mut rounds, slots).await {
-                    Ok(()) => self.issue_round(&mut rounds, slots, &make),
+            if write_failed.is_none() && self.round_wanted(rounds) {
+                match self.write_applying(rounds, slots).await {
+                    Ok(()) => self.issue_round(rounds, slots, &make),
                     // Rolled back; the rounds in flight still get their answers.
                     Err(error) => write_failed = Some(error),
                 }
@@ -254,9 +266,9 @@ impl PartitionLog {
                 }
                 return Ok(());
             }
-            let accepting = write_failed.is_none() && self.may_start(&rounds);
+            let accepting = write_failed.is_none() && self.may_start(rounds);
             match self.next_event(slots, accepting).await {
-                Event::Synced(slot, outcome) => self.finish_round(&mut rounds, slot, outcome),
+                Event::Synced(slot, outcome) => self.finish_round(rounds, slot, outcome),
                 Event::Staged => {}
             }
         }

@@ -159,6 +159,31 @@ impl BufferedFile {
         })
     }
 
+    /// Like [`write_at`](Self::write_at), and gives the buffer back once the write is
+    /// done (whatever its result), so the caller can reuse its allocation.
+    // pagurus: added, so a log's write buffers are recycled (vendor/README.md).
+    pub async fn write_at_reuse(&self, buf: Vec<u8>, pos: u64) -> (Result<usize>, Vec<u8>) {
+        let source =
+            self.file
+                .reactor
+                .upgrade()
+                .unwrap()
+                .write_buffered(self.as_raw_fd(), buf, pos);
+        let result = source.collect_rw().await.map_err(|source| {
+            GlommioError::create_enhanced(
+                source,
+                "Writing",
+                self.file.path.borrow().as_ref(),
+                Some(self.as_raw_fd()),
+            )
+        });
+        let buf = match source.extract_buffer() {
+            crate::sys::IoBuffer::Buffered(buf) => buf,
+            _ => unreachable!("a buffered write holds a Vec"),
+        };
+        (result, buf)
+    }
+
     /// Reads data at the specified position into a buffer allocated by this
     /// library.
     ///

@@ -17,7 +17,7 @@ use std::{
     convert::TryFrom,
     ffi::CString,
     fmt,
-    mem::MaybeUninit,
+    mem::{ManuallyDrop, MaybeUninit},
     os::unix::io::RawFd,
     path::PathBuf,
     pin::Pin,
@@ -153,7 +153,51 @@ impl fmt::Debug for InnerSource {
 
 #[derive(Debug)]
 pub struct Source {
-    pub(crate) inner: Pin<Rc<RefCell<InnerSource>>>,
+    // pagurus: ManuallyDrop, so `drop` can give the allocation back to `FREE_SOURCES`.
+    pub(crate) inner: ManuallyDrop<Pin<Rc<RefCell<InnerSource>>>>,
+}
+
+// pagurus: sources whose operation is over, kept for reuse (vendor/README.md). Every
+// io_uring operation, timer and park makes a source; without this each one is a heap
+// allocation (and its waker list one more when a second task waits on it).
+const FREE_SOURCES_MAX: usize = 256;
+
+thread_local! {
+    static FREE_SOURCES: RefCell<Vec<Pin<Rc<RefCell<InnerSource>>>>> =
+        const { RefCell::new(Vec::new()) };
+}
+
+/// pagurus: a source no one else holds (its operation completed or was never submitted)
+/// is emptied and kept; one the ring still holds (cancelled in flight) is left to it.
+pub(crate) fn recycle(inner: Pin<Rc<RefCell<InnerSource>>>) {
+    // `InnerSource` is `Unpin`: the pin promises nothing here.
+    let rc = Pin::into_inner(inner);
+    if Rc::strong_count(&rc) != 1 || Rc::weak_count(&rc) != 0 {
+        return;
+    }
+    let inner = Pin::new(rc);
+    {
+        let mut i = inner.borrow_mut();
+        // Drops what the operation owned (buffers, paths) now, as freeing would.
+        i.source_type = SourceType::Invalid;
+        i.wakers.result = None;
+        i.wakers.queued_at = None;
+        i.wakers.submitted_at = None;
+        i.wakers.fulfilled_at = None;
+        i.wakers.waiters.clear();
+        i.timeout = None;
+        i.enqueued = None;
+        i.stats_collection = None;
+        i.task_queue = None;
+    }
+    // `try_with`: a source dropped while the thread's locals are torn down is just freed.
+    let _ = FREE_SOURCES.try_with(|free| {
+        if let Ok(mut free) = free.try_borrow_mut() {
+            if free.len() < FREE_SOURCES_MAX {
+                free.push(inner);
+            }
+        }
+    });
 }
 
 impl Source {
@@ -165,8 +209,24 @@ impl Source {
         stats_collection: Option<StatsCollection>,
         task_queue: Option<TaskQueueHandle>,
     ) -> Source {
-        Source {
-            inner: Rc::pin(RefCell::new(InnerSource {
+        let reused = FREE_SOURCES
+            .try_with(|free| free.try_borrow_mut().ok().and_then(|mut f| f.pop()))
+            .ok()
+            .flatten();
+        let inner = match reused {
+            Some(inner) => {
+                {
+                    let mut i = inner.borrow_mut();
+                    debug_assert!(i.wakers.waiters.is_empty() && i.enqueued.is_none());
+                    i.raw = raw;
+                    i.source_type = source_type;
+                    i.io_requirements = ioreq;
+                    i.stats_collection = stats_collection;
+                    i.task_queue = task_queue;
+                }
+                inner
+            }
+            None => Rc::pin(RefCell::new(InnerSource {
                 raw,
                 wakers: Wakers::new(),
                 source_type,
@@ -176,6 +236,9 @@ impl Source {
                 stats_collection,
                 task_queue,
             })),
+        };
+        Source {
+            inner: ManuallyDrop::new(inner),
         }
     }
 
@@ -342,5 +405,9 @@ impl Drop for Source {
                 EnqueuedStatus::Canceled => unreachable!(),
             }
         }
+        drop(inner);
+        // pagurus: SAFETY: `inner` is taken once, here, and `self` is never used again.
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        recycle(inner);
     }
 }

@@ -523,7 +523,8 @@ fn extract_one_chain(
                     }
                 });
                 if status == EnqueuedStatus::Canceled {
-                    source_map.consume_source(id);
+                    // pagurus: kept for reuse once no one holds it (vendor/README.md).
+                    super::source::recycle(source_map.consume_source(id));
                     return false;
                 }
             }
@@ -561,6 +562,8 @@ where
             inner_source.wakers.result = res;
             woke = inner_source.wakers.wake_waiters();
         }
+        // pagurus: the source of a cancelled operation is held only here now: reuse it.
+        super::source::recycle(src);
         return Some(woke);
     }
     None
@@ -577,7 +580,7 @@ fn to_user_data(id: SourceId) -> u64 {
 
 impl SourceMap {
     fn add_source(&mut self, source: &Source, queue: ReactorQueue) -> SourceId {
-        let item = source.inner.clone();
+        let item = Pin::clone(&source.inner);
         let id = self.alloc(item);
         let status = EnqueuedStatus::Enqueued;
         source
@@ -1576,7 +1579,7 @@ impl Reactor {
 
     pub(crate) fn truncate(&self, source: &Source, size: u64) -> impl Future<Output = ()> {
         let op = BlockingThreadOp::Truncate(source.raw(), size as _);
-        self.enqueue_blocking_request(source.inner.clone(), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
     }
 
     pub(crate) fn rename(&self, source: &Source) -> impl Future<Output = ()> {
@@ -1586,7 +1589,7 @@ impl Reactor {
         };
 
         let op = BlockingThreadOp::Rename(old_path, new_path);
-        self.enqueue_blocking_request(source.inner.clone(), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
     }
 
     pub(crate) fn copy_file_range(&self, source: &Source, pos: u64) -> impl Future<Output = ()> {
@@ -1602,7 +1605,7 @@ impl Reactor {
             pos.try_into().unwrap(),
             len,
         );
-        self.enqueue_blocking_request(source.inner.clone(), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
     }
 
     pub(crate) fn create_dir(
@@ -1616,7 +1619,7 @@ impl Reactor {
         };
 
         let op = BlockingThreadOp::CreateDir(path, mode);
-        self.enqueue_blocking_request(source.inner.clone(), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
     }
 
     pub(crate) fn remove_file(&self, source: &Source) -> impl Future<Output = ()> {
@@ -1626,7 +1629,7 @@ impl Reactor {
         };
 
         let op = BlockingThreadOp::Remove(path);
-        self.enqueue_blocking_request(source.inner.clone(), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
     }
 
     pub(crate) fn run_blocking(
@@ -1637,7 +1640,7 @@ impl Reactor {
         assert!(matches!(&*source.source_type(), SourceType::BlockingFn));
 
         let op = BlockingThreadOp::Fn(f);
-        self.enqueue_blocking_request(source.inner.clone(), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
     }
 
     pub(crate) fn close(&self, source: &Source) {
