@@ -226,7 +226,7 @@ impl PartitionLog {
                 drop(st);
                 let written_to = position + len as u64;
                 if self.config.fsync == FsyncPolicy::Always {
-                    self.pre_extend(written_to);
+                    self.pre_extend(written_to, len as u64);
                 } else {
                     self.write_back(written_to);
                 }
@@ -457,7 +457,7 @@ impl PartitionLog {
         st.roll_settled();
         st.assert_watermarks();
         drop(st);
-        self.pre_extend(0);
+        self.pre_extend(0, 0);
         info!(
             dir = %self.dir.display(),
             base_offset = base,

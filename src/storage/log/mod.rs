@@ -206,7 +206,7 @@ impl PartitionLog {
         log.prealloc.enable_for(&log.dir, log.config.fsync);
         log.start_io_task();
         let written_to = log.state.borrow().pending_position;
-        log.pre_extend(written_to);
+        log.pre_extend(written_to, 0);
         Ok(log)
     }
 
