@@ -504,6 +504,59 @@ mod tests {
             .unwrap();
     }
 
+    /// Rounds of 200 KiB stop the zeros ahead: writes go past the zeroed space. Small rounds
+    /// bring them back. (Skipped on tmpfs, as above.)
+    #[test]
+    fn large_rounds_pause_the_zeros_ahead_and_small_ones_resume_them() {
+        let dir = tempfile::tempdir().unwrap();
+        if nix::sys::statfs::statfs(dir.path())
+            .unwrap()
+            .filesystem_type()
+            == nix::sys::statfs::TMPFS_MAGIC
+        {
+            eprintln!("SKIPPED: the temporary directory is on tmpfs, where pre-extension is off");
+            return;
+        }
+        let path = dir.path().join("p");
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let config = LogConfig {
+                    fsync: FsyncPolicy::Always,
+                    segment_bytes: 64 << 20,
+                    ..LogConfig::default()
+                };
+                let log = PartitionLog::open(&path, config).await.unwrap();
+                let zeroed = |log: &PartitionLog| log.prealloc.shared.zeroed_to.get();
+                let large = encode_batch(0, b"", &[7u8; 200 << 10], 1);
+                for _ in 0..40 {
+                    log.append(&large, None).await.unwrap();
+                    log.wait_prealloc(|| u64::MAX).await;
+                }
+                let written = log.segments()[0].1;
+                assert_eq!(log.prealloc.pace.borrow().zeroing, Zeroing::Paused);
+                assert!(
+                    zeroed(&log) < written,
+                    "zeroed to {} while {written} bytes were written",
+                    zeroed(&log)
+                );
+                let small = encode_batch(0, b"", &[7u8; 1000], 1);
+                for _ in 0..100 {
+                    log.append(&small, None).await.unwrap();
+                    log.wait_prealloc(|| u64::MAX).await;
+                }
+                let written = log.segments()[0].1;
+                assert_eq!(log.prealloc.pace.borrow().zeroing, Zeroing::Ahead);
+                assert!(
+                    zeroed(&log) > written,
+                    "zeroing resumed ahead of the {written} bytes written"
+                );
+                log.close().await.unwrap();
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
     /// Zeros go over exactly the range asked, piece by piece, whatever its length: the bytes
     /// around it (batches before, the index journal after) are untouched.
     #[test]
