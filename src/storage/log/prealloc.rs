@@ -410,6 +410,17 @@ mod tests {
         );
     }
 
+    /// A temporary directory, unless it is on tmpfs, where pre-extension is off (the test
+    /// is then skipped, and says so).
+    fn tempdir_on_disk() -> Option<tempfile::TempDir> {
+        let dir = tempfile::tempdir().unwrap();
+        if crate::storage::fs::is_tmpfs(dir.path()) {
+            eprintln!("SKIPPED: the temporary directory is on tmpfs, where pre-extension is off");
+            return None;
+        }
+        Some(dir)
+    }
+
     fn file_len(path: &std::path::Path) -> u64 {
         std::fs::metadata(path).unwrap().len()
     }
@@ -420,15 +431,7 @@ mod tests {
     /// off: the test runs in a directory of the machine's disk.)
     #[test]
     fn zeros_ahead_are_cut_at_seal_close_and_recovery() {
-        let dir = tempfile::tempdir().unwrap();
-        let tmpfs = nix::sys::statfs::statfs(dir.path())
-            .unwrap()
-            .filesystem_type()
-            == nix::sys::statfs::TMPFS_MAGIC;
-        if tmpfs {
-            eprintln!("SKIPPED: the temporary directory is on tmpfs, where pre-extension is off");
-            return;
-        }
+        let Some(dir) = tempdir_on_disk() else { return };
         let path = dir.path().join("p");
         glommio::LocalExecutorBuilder::default()
             .spawn(move || async move {
@@ -508,15 +511,7 @@ mod tests {
     /// bring them back. (Skipped on tmpfs, as above.)
     #[test]
     fn large_rounds_pause_the_zeros_ahead_and_small_ones_resume_them() {
-        let dir = tempfile::tempdir().unwrap();
-        if nix::sys::statfs::statfs(dir.path())
-            .unwrap()
-            .filesystem_type()
-            == nix::sys::statfs::TMPFS_MAGIC
-        {
-            eprintln!("SKIPPED: the temporary directory is on tmpfs, where pre-extension is off");
-            return;
-        }
+        let Some(dir) = tempdir_on_disk() else { return };
         let path = dir.path().join("p");
         glommio::LocalExecutorBuilder::default()
             .spawn(move || async move {
