@@ -209,6 +209,7 @@ impl Source {
         stats_collection: Option<StatsCollection>,
         task_queue: Option<TaskQueueHandle>,
     ) -> Source {
+        // pagurus: a kept source first (`FREE_SOURCES`), a new allocation only without one.
         let reused = FREE_SOURCES
             .try_with(|free| free.try_borrow_mut().ok().and_then(|mut f| f.pop()))
             .ok()

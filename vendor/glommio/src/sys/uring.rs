@@ -580,7 +580,7 @@ fn to_user_data(id: SourceId) -> u64 {
 
 impl SourceMap {
     fn add_source(&mut self, source: &Source, queue: ReactorQueue) -> SourceId {
-        let item = Pin::clone(&source.inner);
+        let item = Pin::clone(&source.inner); // pagurus: `inner` is ManuallyDrop
         let id = self.alloc(item);
         let status = EnqueuedStatus::Enqueued;
         source
@@ -1579,7 +1579,7 @@ impl Reactor {
 
     pub(crate) fn truncate(&self, source: &Source, size: u64) -> impl Future<Output = ()> {
         let op = BlockingThreadOp::Truncate(source.raw(), size as _);
-        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op) // pagurus: `inner` is ManuallyDrop
     }
 
     pub(crate) fn rename(&self, source: &Source) -> impl Future<Output = ()> {
@@ -1589,7 +1589,7 @@ impl Reactor {
         };
 
         let op = BlockingThreadOp::Rename(old_path, new_path);
-        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op) // pagurus: `inner` is ManuallyDrop
     }
 
     pub(crate) fn copy_file_range(&self, source: &Source, pos: u64) -> impl Future<Output = ()> {
@@ -1605,7 +1605,7 @@ impl Reactor {
             pos.try_into().unwrap(),
             len,
         );
-        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op) // pagurus: `inner` is ManuallyDrop
     }
 
     pub(crate) fn create_dir(
@@ -1619,7 +1619,7 @@ impl Reactor {
         };
 
         let op = BlockingThreadOp::CreateDir(path, mode);
-        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op) // pagurus: `inner` is ManuallyDrop
     }
 
     pub(crate) fn remove_file(&self, source: &Source) -> impl Future<Output = ()> {
@@ -1629,7 +1629,7 @@ impl Reactor {
         };
 
         let op = BlockingThreadOp::Remove(path);
-        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op) // pagurus: `inner` is ManuallyDrop
     }
 
     pub(crate) fn run_blocking(
@@ -1640,7 +1640,7 @@ impl Reactor {
         assert!(matches!(&*source.source_type(), SourceType::BlockingFn));
 
         let op = BlockingThreadOp::Fn(f);
-        self.enqueue_blocking_request(Pin::clone(&source.inner), op)
+        self.enqueue_blocking_request(Pin::clone(&source.inner), op) // pagurus: `inner` is ManuallyDrop
     }
 
     pub(crate) fn close(&self, source: &Source) {
