@@ -410,15 +410,30 @@ mod tests {
         );
     }
 
-    /// A temporary directory, unless it is on tmpfs, where pre-extension is off (the test
-    /// is then skipped, and says so).
-    fn tempdir_on_disk() -> Option<tempfile::TempDir> {
+    /// Runs `test` on an executor of its own with a log directory's path on the machine's
+    /// disk and an `always` config of `segment_bytes`; skipped (and says so) when the
+    /// temporary directory is on tmpfs, where pre-extension is off.
+    fn on_disk_always<F, Fut>(segment_bytes: u64, test: F)
+    where
+        F: FnOnce(std::path::PathBuf, LogConfig) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + 'static,
+    {
         let dir = tempfile::tempdir().unwrap();
         if crate::storage::fs::is_tmpfs(dir.path()) {
             eprintln!("SKIPPED: the temporary directory is on tmpfs, where pre-extension is off");
-            return None;
+            return;
         }
-        Some(dir)
+        let path = dir.path().join("p");
+        let config = LogConfig {
+            fsync: FsyncPolicy::Always,
+            segment_bytes,
+            ..LogConfig::default()
+        };
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || test(path, config))
+            .unwrap()
+            .join()
+            .unwrap();
     }
 
     fn file_len(path: &std::path::Path) -> u64 {
@@ -431,125 +446,103 @@ mod tests {
     /// off: the test runs in a directory of the machine's disk.)
     #[test]
     fn zeros_ahead_are_cut_at_seal_close_and_recovery() {
-        let Some(dir) = tempdir_on_disk() else { return };
-        let path = dir.path().join("p");
-        glommio::LocalExecutorBuilder::default()
-            .spawn(move || async move {
-                let config = LogConfig {
-                    fsync: FsyncPolicy::Always,
-                    segment_bytes: 1 << 20,
-                    ..LogConfig::default()
-                };
-                let batch = encode_batch(0, b"", &[7u8; 1000], 1);
-                let log = PartitionLog::open(&path, config.clone()).await.unwrap();
-                for _ in 0..100 {
-                    log.append(&batch, None).await.unwrap();
-                }
-                // The job runs on the blocking pool; wait for it.
-                log.wait_prealloc(|| u64::MAX).await;
-                assert!(log.prealloc.jobs() >= 1, "no pre-extension job ran");
-                let size = log.segments()[0].1;
-                let wal = wal_path(&path, 0);
-                let region_at = log
-                    .state
-                    .borrow()
-                    .active_writer()
-                    .journal
-                    .as_ref()
-                    .map(|j| j.region_at);
-                let region_at = region_at.expect("an index journal under always");
-                assert_eq!(
-                    file_len(&wal),
-                    region_at + crate::storage::index_journal::REGION_BYTES,
-                    "the WAL ends with the index journal's region"
-                );
-                let mut bytes = vec![0u8; 1 << 20];
-                std::fs::File::open(&wal)
-                    .unwrap()
-                    .read_exact_at(&mut bytes, 0)
-                    .unwrap();
-                assert!(
-                    bytes[size as usize..].iter().all(|&b| b == 0),
-                    "the WAL is zeroed up to segment_bytes"
-                );
-                let zeroed = log.prealloc.shared.zeroed_to.get();
-                assert_eq!(zeroed, 1 << 20, "zeroed up to segment_bytes");
-                drop(log); // kill -9: no trim, no marker
+        on_disk_always(1 << 20, |path, config| async move {
+            let batch = encode_batch(0, b"", &[7u8; 1000], 1);
+            let log = PartitionLog::open(&path, config.clone()).await.unwrap();
+            for _ in 0..100 {
+                log.append(&batch, None).await.unwrap();
+            }
+            // The job runs on the blocking pool; wait for it.
+            log.wait_prealloc(|| u64::MAX).await;
+            assert!(log.prealloc.jobs() >= 1, "no pre-extension job ran");
+            let size = log.segments()[0].1;
+            let wal = wal_path(&path, 0);
+            let region_at = log
+                .state
+                .borrow()
+                .active_writer()
+                .journal
+                .as_ref()
+                .map(|j| j.region_at);
+            let region_at = region_at.expect("an index journal under always");
+            assert_eq!(
+                file_len(&wal),
+                region_at + crate::storage::index_journal::REGION_BYTES,
+                "the WAL ends with the index journal's region"
+            );
+            let mut bytes = vec![0u8; 1 << 20];
+            std::fs::File::open(&wal)
+                .unwrap()
+                .read_exact_at(&mut bytes, 0)
+                .unwrap();
+            assert!(
+                bytes[size as usize..].iter().all(|&b| b == 0),
+                "the WAL is zeroed up to segment_bytes"
+            );
+            let zeroed = log.prealloc.shared.zeroed_to.get();
+            assert_eq!(zeroed, 1 << 20, "zeroed up to segment_bytes");
+            drop(log); // kill -9: no trim, no marker
 
-                let log = PartitionLog::open(&path, config.clone()).await.unwrap();
-                assert_eq!(log.next_offset(), 100, "recovery keeps every batch");
-                assert_eq!(log.segments(), vec![(0, size)]);
-                // Fill past the segment size: the roll trims the sealed WAL and index.
-                for _ in 0..1100 {
-                    log.append(&batch, None).await.unwrap();
-                }
-                let segments = log.segments();
-                assert!(segments.len() >= 2, "{segments:?}");
-                for &(base, size) in &segments[..segments.len() - 1] {
-                    assert_eq!(file_len(&wal_path(&path, base)), size);
-                    let entries = file_len(&idx_path(&path, base)) / 32;
-                    assert!(entries > 0 && size / entries == batch.len() as u64);
-                }
-                glommio::timer::sleep(Duration::from_millis(50)).await;
-                log.close().await.unwrap();
-                let &(base, size) = segments.last().unwrap();
-                assert_eq!(
-                    file_len(&wal_path(&path, base)),
-                    size,
-                    "close trims the WAL"
-                );
-                let log = PartitionLog::open(&path, config).await.unwrap();
-                assert_eq!(log.next_offset(), 1200);
-                log.close().await.unwrap();
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+            let log = PartitionLog::open(&path, config.clone()).await.unwrap();
+            assert_eq!(log.next_offset(), 100, "recovery keeps every batch");
+            assert_eq!(log.segments(), vec![(0, size)]);
+            // Fill past the segment size: the roll trims the sealed WAL and index.
+            for _ in 0..1100 {
+                log.append(&batch, None).await.unwrap();
+            }
+            let segments = log.segments();
+            assert!(segments.len() >= 2, "{segments:?}");
+            for &(base, size) in &segments[..segments.len() - 1] {
+                assert_eq!(file_len(&wal_path(&path, base)), size);
+                let entries = file_len(&idx_path(&path, base)) / 32;
+                assert!(entries > 0 && size / entries == batch.len() as u64);
+            }
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+            log.close().await.unwrap();
+            let &(base, size) = segments.last().unwrap();
+            assert_eq!(
+                file_len(&wal_path(&path, base)),
+                size,
+                "close trims the WAL"
+            );
+            let log = PartitionLog::open(&path, config).await.unwrap();
+            assert_eq!(log.next_offset(), 1200);
+            log.close().await.unwrap();
+        });
     }
 
     /// Rounds of 200 KiB stop the zeros ahead: writes go past the zeroed space. Small rounds
     /// bring them back. (Skipped on tmpfs, as above.)
     #[test]
     fn large_rounds_pause_the_zeros_ahead_and_small_ones_resume_them() {
-        let Some(dir) = tempdir_on_disk() else { return };
-        let path = dir.path().join("p");
-        glommio::LocalExecutorBuilder::default()
-            .spawn(move || async move {
-                let config = LogConfig {
-                    fsync: FsyncPolicy::Always,
-                    segment_bytes: 64 << 20,
-                    ..LogConfig::default()
-                };
-                let log = PartitionLog::open(&path, config).await.unwrap();
-                let zeroed = |log: &PartitionLog| log.prealloc.shared.zeroed_to.get();
-                let large = encode_batch(0, b"", &[7u8; 200 << 10], 1);
-                for _ in 0..40 {
-                    log.append(&large, None).await.unwrap();
-                    log.wait_prealloc(|| u64::MAX).await;
-                }
-                let written = log.segments()[0].1;
-                assert_eq!(log.prealloc.pace.borrow().zeroing, Zeroing::Paused);
-                assert!(
-                    zeroed(&log) < written,
-                    "zeroed to {} while {written} bytes were written",
-                    zeroed(&log)
-                );
-                let small = encode_batch(0, b"", &[7u8; 1000], 1);
-                for _ in 0..100 {
-                    log.append(&small, None).await.unwrap();
-                    log.wait_prealloc(|| u64::MAX).await;
-                }
-                let written = log.segments()[0].1;
-                assert_eq!(log.prealloc.pace.borrow().zeroing, Zeroing::Ahead);
-                assert!(
-                    zeroed(&log) > written,
-                    "zeroing resumed ahead of the {written} bytes written"
-                );
-                log.close().await.unwrap();
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+        on_disk_always(64 << 20, |path, config| async move {
+            let log = PartitionLog::open(&path, config).await.unwrap();
+            let zeroed = |log: &PartitionLog| log.prealloc.shared.zeroed_to.get();
+            let large = encode_batch(0, b"", &[7u8; 200 << 10], 1);
+            for _ in 0..40 {
+                log.append(&large, None).await.unwrap();
+                log.wait_prealloc(|| u64::MAX).await;
+            }
+            let written = log.segments()[0].1;
+            assert_eq!(log.prealloc.pace.borrow().zeroing, Zeroing::Paused);
+            assert!(
+                zeroed(&log) < written,
+                "zeroed to {} while {written} bytes were written",
+                zeroed(&log)
+            );
+            let small = encode_batch(0, b"", &[7u8; 1000], 1);
+            for _ in 0..100 {
+                log.append(&small, None).await.unwrap();
+                log.wait_prealloc(|| u64::MAX).await;
+            }
+            let written = log.segments()[0].1;
+            assert_eq!(log.prealloc.pace.borrow().zeroing, Zeroing::Ahead);
+            assert!(
+                zeroed(&log) > written,
+                "zeroing resumed ahead of the {written} bytes written"
+            );
+            log.close().await.unwrap();
+        });
     }
 
     /// Zeros go over exactly the range asked, piece by piece, whatever its length: the bytes
