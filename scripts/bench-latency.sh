@@ -9,6 +9,8 @@
 #   RATE=500000 BROKER_CPUS=0 CLIENT_CPUS=1 scripts/bench-latency.sh
 #   CLIENT_IDLE_POLL_US=200 scripts/bench-latency.sh  # the client polls before it sleeps
 #                                            # (bench --idle-poll-us): its wake-ups left out
+#   DATA_BASE=/dev/shm scripts/bench-latency.sh  # data on tmpfs: the broker without the
+#                                            # device (nor, on a VM, the host's steal)
 #
 # Workloads (as bench.sh c and d): one 100 B message in flight under fsync always and
 # never; 10 producers, 4 partitions, batches of 100 x 100 B, open loop at RATE msg/s under
@@ -32,7 +34,7 @@ cargo build --release --quiet
 BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
 OUT=${OUT:-bench-results/latency-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
-WORK=$(mktemp -d)
+WORK=$(mktemp -d ${DATA_BASE:+-p "$DATA_BASE"})
 BROKER=""
 cleanup() { [ -n "$BROKER" ] && kill -9 "$BROKER" 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
@@ -88,9 +90,10 @@ print(f"pinned = broker on CPUs {bcpus}, bench client on CPUs {ccpus} (taskset).
 print("CPU: microseconds of CPU time per produced message, broker (all threads) / bench client.")
 print()
 print("Broker's share: the broker's own ack time p50 / p99 (its metrics, bucket estimates).")
+print("Steal: CPU ms the hypervisor took from this VM's CPUs in the measured window (/proc/stat).")
 print()
-print("| config | workload | produce msg/s | ack p50 / p90 / p99 / p99.9 / max | broker's share p50 / p99 | e2e p50 / p99 / max | CPU us/msg broker / client |")
-print("|---|---|---|---|---|---|---|")
+print("| config | workload | produce msg/s | ack p50 / p90 / p99 / p99.9 / max | broker's share p50 / p99 | e2e p50 / p99 / max | CPU us/msg broker / client | steal ms |")
+print("|---|---|---|---|---|---|---|---|")
 for config in configs:
     for label in ("one-always", "one-never", "half-always"):
         base = f"{out}/{config}-{label}"
@@ -104,6 +107,8 @@ for config in configs:
                      if os.path.exists(client) else "-")
         b = r.get("broker_ack_latency_us") or {}
         share = lat(b, ["p50", "p99"]) if b.get("p50") is not None else "-"
+        m = r.get("machine_cpu") or {}
+        steal = f"{m['steal_ms']:,.0f}" if "steal_ms" in m else "-"
         print(f"| {config} | {label} | {p['msgs_per_s']:,.0f} | {lat(a, ['p50', 'p90', 'p99', 'p999', 'max'])} "
-              f"| {share} | {lat(e, ['p50', 'p99', 'max'])} | {broker_us:,.1f} / {client_us} |")
+              f"| {share} | {lat(e, ['p50', 'p99', 'max'])} | {broker_us:,.1f} / {client_us} | {steal} |")
 PY

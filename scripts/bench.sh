@@ -9,6 +9,7 @@
 #   CLIENT=blocking scripts/bench.sh  # drive the broker with the blocking client instead
 #   CORES=2 PARTITIONS=4 CATCHUP_MB=2048 DURATION=20 scripts/bench.sh
 #   BROKER_CPUS=0 CLIENT_CPUS=1 scripts/bench.sh   # broker and client pinned apart (taskset)
+#   DATA_BASE=/dev/shm scripts/bench.sh  # data on tmpfs: the broker without the device
 #   BROKER_BIN=/old/checkout/target/release/pagurus scripts/bench.sh
 #                                     # another build's broker, this build's bench client:
 #                                     # before/after comparisons with the same load
@@ -44,7 +45,10 @@ BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus
 BROKER_BIN=${BROKER_BIN:-$BIN}
 OUT=${OUT:-bench-results/$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
-WORK=$(mktemp -d)
+# DATA_BASE=/dev/shm puts the data directories on tmpfs: the same runs without the device,
+# to tell the broker's own latency from the disk's (and, on a VM, from the host's steal).
+DATA_BASE_SHOWN=${DATA_BASE:-default}
+WORK=$(mktemp -d ${DATA_BASE:+-p "$DATA_BASE"})
 BROKER=""
 cleanup() { [ -n "$BROKER" ] && kill -9 "$BROKER" 2>/dev/null || true; rm -rf "$WORK"; }
 trap cleanup EXIT
@@ -78,8 +82,10 @@ f = lambda x: f"{x:,.0f}"
 lat = lambda h, keys: " / ".join(f"{h[k]:,.0f}" for k in keys)
 b = r.get("broker_ack_latency_us") or {}
 share = lat(b, ["p50", "p99"]) if b.get("p50") is not None else "-"
+m = r.get("machine_cpu") or {}
+steal = f"{m['steal_ms']:,.0f}" if "steal_ms" in m else "-"
 print(f"| {sys.argv[2]} | {sys.argv[3]} | {f(p['msgs_per_s'])} | {p['mb_per_s']:.1f} | {f(c['msgs_per_s'])} | "
-      f"{c['mb_per_s']:.1f} | {lat(a, ['p50', 'p90', 'p99', 'p999', 'max'])} | {share} | {lat(e, ['p50', 'p99', 'p999', 'max'])} |")
+      f"{c['mb_per_s']:.1f} | {lat(a, ['p50', 'p90', 'p99', 'p999', 'max'])} | {share} | {lat(e, ['p50', 'p99', 'p999', 'max'])} | {steal} |")
 PY
 }
 
@@ -144,9 +150,12 @@ ALLOCS=$(cargo bench --quiet --bench ingest_alloc -- "${ALLOC_ARGS[@]}" 2>/dev/n
   echo "microseconds; ack = produce acknowledgement, e2e = produce to consume, both from the"
   echo "intended send time (open loop). MB/s counts record bytes. Broker's share: the broker's"
   echo "own ack time from its metrics (pagurus_produce_ack_duration_seconds, bucket estimates)."
+  echo "Steal: CPU milliseconds the hypervisor took from this VM's CPUs during the run (/proc/stat;"
+  echo "0 on bare metal); a stolen CPU stalls its core for milliseconds (docs/LATENCY.md (n))."
+  echo "Data directory: $WORK (DATA_BASE=$DATA_BASE_SHOWN)."
   echo
-  echo "| run | workload | produce msg/s | produce MB/s | consume msg/s | consume MB/s | ack p50 / p90 / p99 / p99.9 / max | broker's share p50 / p99 | e2e p50 / p99 / p99.9 / max |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| run | workload | produce msg/s | produce MB/s | consume msg/s | consume MB/s | ack p50 / p90 / p99 / p99.9 / max | broker's share p50 / p99 | e2e p50 / p99 / p99.9 / max | steal ms |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   for r in "${ROWS[@]}"; do echo "$r"; done
   echo
   for c in "${CHECKS[@]}"; do echo "- $c"; done

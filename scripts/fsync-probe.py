@@ -3,9 +3,10 @@
 than one after the other?
 
 It mimics a partition's commit rounds under `--fsync always`: one pre-zeroed, fdatasynced
-file (like a pre-extended `.wal`, so no round commits the ext4 journal), and C threads,
+file (like a pre-extended `.wal`, so no round commits the ext4 journal), and C processes,
 each with its own open file description (like the per-slot descriptors of overlapping
-rounds), each looping `pwrite(BYTES)` at the next free position, then `fdatasync`. C = 1
+rounds), each looping `pwrite(BYTES)` through its own stretch of the file, then
+`fdatasync`. C = 1
 is today's one round in flight. If C = 2 completes about twice the syncs per second at
 about the same latency, the device runs flushes in parallel; if the rate stays and the
 latency doubles, flushes are serialised and overlapping rounds can only save the gap
@@ -19,12 +20,17 @@ its own pre-zeroed `.wal`, one 32-byte entry into its `.idx`, both fdatasynced a
 rounds over 5 and 10 ms. No broker can acknowledge under `always` faster than this disk
 completes such rounds; compare it with bench.sh (d)'s ack latency.
 
+Every row also gives the machine's steal time over it (/proc/stat): on a VM whose host
+runs the virtual disk's I/O on the vCPUs' own host CPUs, concurrent flushes get vCPUs
+stolen for 15-20 ms at a time, and those stalls are the rows' tails (docs/LATENCY.md (n)).
+
 Usage: scripts/fsync-probe.py [--dir DIR] [--seconds S] [--bytes N] [--concurrency 1,2,3,4]
        scripts/fsync-probe.py [--dir DIR] [--seconds S] [--bytes N] --partitions 1,4
 DIR must be on the disk under test (not tmpfs); default: the current directory.
 """
 
 import argparse
+import multiprocessing
 import os
 import tempfile
 import threading
@@ -40,38 +46,60 @@ def percentile(sorted_values, p):
     return sorted_values[i]
 
 
-def run(path, concurrency, seconds, nbytes):
-    lock = threading.Lock()
-    position = [0]
+def in_processes(count, work):
+    """Runs work(i) -> [latency, ...] in `count` processes at once and returns all the
+    latencies, sorted. Processes, not threads: Python's threads share one interpreter lock,
+    and a thread back from its fdatasync waits for it, so threads alone showed stalls of
+    5-15 ms that were the lock's, not the disk's."""
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    workers = [context.Process(target=lambda i=i: results.put(work(i))) for i in range(count)]
+    for w in workers:
+        w.start()
     latencies = []
+    for _ in workers:
+        latencies.extend(results.get())
+    for w in workers:
+        w.join()
+    latencies.sort()
+    return latencies
+
+
+def steal_ticks():
+    """The machine's steal time so far, in clock ticks (/proc/stat): time the hypervisor
+    ran something else while a vCPU of this VM was ready. 0 on bare metal."""
+    with open("/proc/stat") as stat:
+        fields = stat.readline().split()
+    return int(fields[8]) if fields[0] == "cpu" and len(fields) > 8 else 0
+
+
+def steal_ms_since(ticks):
+    return (steal_ticks() - ticks) * 1000.0 / os.sysconf("SC_CLK_TCK")
+
+
+def run(path, concurrency, seconds, nbytes):
     stop_at = time.monotonic() + seconds
     data = b"\x01" * nbytes
+    slot_bytes = (ZEROED_BYTES // concurrency) // nbytes * nbytes
 
-    def worker():
+    def worker(i):
+        # Each writer its own stretch of the file, so no two write the same blocks.
         fd = os.open(path, os.O_WRONLY)
-        mine = []
+        mine, at = [], 0
         try:
             while time.monotonic() < stop_at:
-                with lock:
-                    at = position[0]
-                    position[0] = (at + nbytes) % (ZEROED_BYTES - nbytes)
                 started = time.perf_counter()
-                os.pwrite(fd, data, at)
+                os.pwrite(fd, data, i * slot_bytes + at)
                 os.fdatasync(fd)
                 mine.append(time.perf_counter() - started)
+                at = (at + nbytes) % slot_bytes
         finally:
             os.close(fd)
-        with lock:
-            latencies.extend(mine)
+        return mine
 
-    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
     began = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    latencies = in_processes(concurrency, worker)
     elapsed = time.monotonic() - began
-    latencies.sort()
     return len(latencies) / elapsed, latencies
 
 
@@ -85,9 +113,8 @@ def zeroed_file(path, nbytes):
 
 
 def rounds(tmp, partitions, seconds, nbytes):
-    """Commit rounds of `partitions` partitions at once: round latencies, sorted."""
-    lock = threading.Lock()
-    latencies = []
+    """Commit rounds of `partitions` partitions at once, each in a process of its own
+    (as the broker's cores run apart): round latencies, sorted."""
     stop_at = time.monotonic() + seconds
     data, entry = b"\x01" * nbytes, b"\x02" * 32
 
@@ -126,31 +153,26 @@ def rounds(tmp, partitions, seconds, nbytes):
             helper.join()
             os.close(wal)
             os.close(idx)
-        with lock:
-            latencies.extend(mine)
+        return mine
 
-    threads = [threading.Thread(target=partition, args=(i,)) for i in range(partitions)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    latencies.sort()
-    return latencies
+    return in_processes(partitions, partition)
 
 
 def print_rounds(args):
     print(f"commit-round probe: {args.bytes} B into .wal + 32 B into .idx, both fdatasynced, "
           f"per round; pre-zeroed files in {args.dir}, {args.seconds:g} s per row")
     print(f"{'partitions':>10} {'rounds/s':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
-          f"{'p99.9 ms':>9} {'max ms':>8} {'>5 ms':>7} {'>10 ms':>7}")
+          f"{'p99.9 ms':>9} {'max ms':>8} {'>5 ms':>7} {'>10 ms':>7} {'steal ms':>9}")
     for p in [int(x) for x in args.partitions.split(",")]:
         with tempfile.TemporaryDirectory(dir=args.dir, prefix="fsync-probe.") as tmp:
+            stolen = steal_ticks()
             lat = rounds(tmp, p, args.seconds, args.bytes)
+            steal_ms = steal_ms_since(stolen)
         over = lambda ms: 100.0 * sum(1 for v in lat if v > ms / 1e3) / max(len(lat), 1)
         print(f"{p:>10} {len(lat) / args.seconds:>9.0f} {percentile(lat, 50) * 1e3:>8.2f} "
               f"{percentile(lat, 90) * 1e3:>8.2f} {percentile(lat, 99) * 1e3:>8.2f} "
               f"{percentile(lat, 99.9) * 1e3:>9.2f} {lat[-1] * 1e3 if lat else 0:>8.2f} "
-              f"{over(5):>6.2f}% {over(10):>6.2f}%")
+              f"{over(5):>6.2f}% {over(10):>6.2f}% {steal_ms:>9.0f}")
 
 
 def main():
@@ -174,14 +196,17 @@ def main():
         os.close(fd)
         print(f"fdatasync probe: {args.bytes} B per write, pre-zeroed file in {args.dir}, "
               f"{args.seconds:g} s per row")
-        print(f"{'in flight':>9} {'syncs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'x rate(1)':>10}")
+        print(f"{'in flight':>9} {'syncs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+              f"{'x rate(1)':>10} {'steal ms':>9}")
         base = None
         for c in [int(x) for x in args.concurrency.split(",")]:
+            stolen = steal_ticks()
             rate, lat = run(path, c, args.seconds, args.bytes)
+            steal_ms = steal_ms_since(stolen)
             base = base or rate
             print(f"{c:>9} {rate:>9.0f} {percentile(lat, 50) * 1e3:>8.2f} "
                   f"{percentile(lat, 99) * 1e3:>8.2f} {lat[-1] * 1e3 if lat else 0:>8.2f} "
-                  f"{rate / base:>10.2f}")
+                  f"{rate / base:>10.2f} {steal_ms:>9.0f}")
 
 
 if __name__ == "__main__":

@@ -449,7 +449,8 @@ fn metrics_endpoint_refuses_bad_requests_and_keeps_serving() {
 }
 
 /// `pagurus bench --broker-metrics` reports the broker's own share of the acks it measured:
-/// every ack of the window counted, and no more of the broker's time than the client saw.
+/// every ack of the window counted, and no more of the broker's time than the client saw;
+/// beside it, the machine's CPU time over the window.
 #[test]
 fn bench_reports_the_brokers_share_of_the_ack() {
     let (_dir, broker, metrics) = start(2);
@@ -497,6 +498,16 @@ fn bench_reports_the_brokers_share_of_the_ack() {
             broker_us <= client_us * 2.5 + 25.0,
             "{q}: the broker's share {broker_us} us exceeds the client's {client_us} us"
         );
+    }
+
+    // The machine's CPU time over the same window (from /proc/stat), steal apart.
+    let machine = &report["machine_cpu"];
+    for share in ["steal_share", "busy_share"] {
+        let share = machine[share].as_f64().unwrap_or(-1.0);
+        assert!((0.0..=1.0).contains(&share), "{report}");
+    }
+    for ms in ["steal_ms", "iowait_ms", "busy_ms"] {
+        assert!(machine[ms].as_f64().unwrap_or(-1.0) >= 0.0, "{report}");
     }
 
     // A metrics address with nothing behind it: the run stands, the share says why not.

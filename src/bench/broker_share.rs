@@ -11,6 +11,8 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
+use super::window::AtOpen;
+
 /// The histogram the broker keeps (summed over its cores).
 const FAMILY: &str = "pagurus_produce_ack_duration_seconds";
 /// A scrape of every family of a broker with thousands of partitions stays well under this.
@@ -76,45 +78,24 @@ impl AckBuckets {
     }
 }
 
-/// The broker's counts when the measured window opened: scraped at once when it is already
-/// open (no warm-up), else on a thread of its own when it opens, so the workers start on
-/// time.
+/// The broker's counts when the measured window opened.
 pub struct Window {
     addr: String,
-    start: WindowStart,
-}
-
-enum WindowStart {
-    Scraped(Result<AckBuckets, String>),
-    Scraping(std::thread::JoinHandle<Result<AckBuckets, String>>),
+    start: AtOpen<Result<AckBuckets, String>>,
 }
 
 impl Window {
     pub fn open(addr: &str, opens: Instant) -> Window {
-        let wait = opens.saturating_duration_since(Instant::now());
-        let start = if wait.is_zero() {
-            WindowStart::Scraped(scrape(addr))
-        } else {
-            let addr = addr.to_string();
-            WindowStart::Scraping(std::thread::spawn(move || {
-                std::thread::sleep(wait);
-                scrape(&addr)
-            }))
-        };
+        let owned = addr.to_string();
         Window {
             addr: addr.to_string(),
-            start,
+            start: AtOpen::take(opens, move || scrape(&owned)),
         }
     }
 
     /// What the broker counted from the window's start until now.
     pub fn close(self) -> Result<AckBuckets, String> {
-        let before = match self.start {
-            WindowStart::Scraped(before) => before,
-            WindowStart::Scraping(thread) => thread
-                .join()
-                .unwrap_or_else(|_| Err("the scrape thread panicked".into())),
-        }?;
+        let before = self.start.get()??;
         scrape(&self.addr)?.since(&before)
     }
 }

@@ -14,10 +14,13 @@
 //!
 //! - [`report`]: percentiles, `.hgrm` files, the SVG chart, JSON.
 //! - [`broker_share`]: the broker's own share of the ack, from its metrics.
+//! - [`machine`]: the machine's CPU time over the window, steal above all.
 
 mod broker_share;
 mod glommio;
+mod machine;
 pub mod report;
+mod window;
 mod workers;
 
 use std::net::SocketAddr;
@@ -323,6 +326,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         .broker_metrics
         .as_deref()
         .map(|addr| broker_share::Window::open(addr, shared.measure_from));
+    let machine_window = machine::Window::open(shared.measure_from);
     let progress = report::Progress::new(&args);
     let results = match args.client {
         ClientKind::Blocking => run_blocking(&shared, producer_specs, consumer_specs, &progress),
@@ -333,9 +337,11 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         delete_topics(&args.target, &created);
     }
     let broker_ack = window.map(broker_share::Window::close);
+    let machine_cpu = machine_window.close();
     let (producer_results, consumer_results) = results?;
     let mut report = report::Report::build(&shared, &producer_results, &consumer_results);
     report.broker_ack = broker_ack;
+    report.machine_cpu = Some(machine_cpu);
     report.print(&args);
     if let Some(dir) = &args.out {
         report

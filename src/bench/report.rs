@@ -12,6 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use crate::bench::broker_share::AckBuckets;
+use crate::bench::machine::MachineCpu;
 use crate::bench::workers::WorkerResult;
 use crate::bench::{BenchArgs, Shared, histogram};
 
@@ -197,7 +198,14 @@ pub struct Report {
     /// The broker's own ack times over the measured window (`--broker-metrics`), or why
     /// they could not be read.
     pub broker_ack: Option<Result<AckBuckets, String>>,
+    /// The machine's CPU time over the measured window, steal above all, or why it could
+    /// not be read.
+    pub machine_cpu: Option<Result<MachineCpu, String>>,
 }
+
+/// Steal above this share of the window's CPU time is called out beside the latencies: a
+/// stolen vCPU stalls for a host's time slice, milliseconds (docs/LATENCY.md (n)).
+const STEAL_SHARE_NOTED: f64 = 0.005;
 
 const PERCENTILES: [(&str, f64); 5] = [
     ("p50", 50.0),
@@ -257,6 +265,7 @@ impl Report {
                 "threads": args.threads,
             }),
             broker_ack: None,
+            machine_cpu: None,
         }
     }
 
@@ -283,6 +292,17 @@ impl Report {
             "broker_ack_latency_us": match &self.broker_ack {
                 None => Value::Null,
                 Some(Ok(buckets)) => broker_percentiles_us(buckets),
+                Some(Err(error)) => json!({ "error": error }),
+            },
+            "machine_cpu": match &self.machine_cpu {
+                None => Value::Null,
+                Some(Ok(cpu)) => json!({
+                    "steal_ms": cpu.steal_ms(),
+                    "steal_share": cpu.steal_share(),
+                    "iowait_ms": cpu.iowait_ms(),
+                    "busy_ms": cpu.busy_ms(),
+                    "busy_share": cpu.busy_share(),
+                }),
                 Some(Err(error)) => json!({ "error": error }),
             },
             "config": self.config,
@@ -352,6 +372,27 @@ impl Report {
             }
             Some(Err(error)) => {
                 let _ = writeln!(out, "broker's share of ack: unavailable: {error}");
+            }
+        }
+        match &self.machine_cpu {
+            None => {}
+            Some(Ok(cpu)) => {
+                let _ = writeln!(
+                    out,
+                    "machine CPU in the window: busy {:.0}%, iowait {:.0} ms, steal {:.0} ms ({:.1}%){}",
+                    cpu.busy_share() * 100.0,
+                    cpu.iowait_ms(),
+                    cpu.steal_ms(),
+                    cpu.steal_share() * 100.0,
+                    if cpu.steal_share() >= STEAL_SHARE_NOTED {
+                        ": the hypervisor held this VM's CPUs, and the tails include it"
+                    } else {
+                        ""
+                    }
+                );
+            }
+            Some(Err(error)) => {
+                let _ = writeln!(out, "machine CPU in the window: unavailable: {error}");
             }
         }
         print!("{out}");
