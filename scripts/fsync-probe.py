@@ -25,7 +25,7 @@ runs the virtual disk's I/O on the vCPUs' own host CPUs, concurrent flushes get 
 stolen for 15-20 ms at a time, and those stalls are the rows' tails (docs/LATENCY.md (n)).
 
 Usage: scripts/fsync-probe.py [--dir DIR] [--seconds S] [--bytes N] [--concurrency 1,2,3,4]
-       scripts/fsync-probe.py [--dir DIR] [--seconds S] [--bytes N] --partitions 1,4
+       scripts/fsync-probe.py [--dir DIR] [--seconds S] [--bytes N] --partitions 1,4 [--burners B]
 DIR must be on the disk under test (not tmpfs); default: the current directory.
 """
 
@@ -158,16 +158,46 @@ def rounds(tmp, partitions, seconds, nbytes):
     return in_processes(partitions, partition)
 
 
+class Burners:
+    """`count` processes that only spin, for the length of a row: whether the disk's
+    latency depends on how busy the CPUs are. On bare metal it should not; on a VM whose
+    host runs the virtual disk on the vCPUs' host CPUs, busy vCPUs get stolen while
+    flushes run, and the row's tails and steal rise together."""
+
+    def __init__(self, count):
+        self.count = count
+
+    def __enter__(self):
+        context = multiprocessing.get_context("fork")
+        self.stop = context.Event()
+        self.procs = [context.Process(target=self.spin) for _ in range(self.count)]
+        for proc in self.procs:
+            proc.start()
+        return self
+
+    def spin(self):
+        while not self.stop.is_set():
+            for _ in range(10_000):
+                pass
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for proc in self.procs:
+            proc.join()
+
+
 def print_rounds(args):
     print(f"commit-round probe: {args.bytes} B into .wal + 32 B into .idx, both fdatasynced, "
-          f"per round; pre-zeroed files in {args.dir}, {args.seconds:g} s per row")
+          f"per round; pre-zeroed files in {args.dir}, {args.seconds:g} s per row, "
+          f"{args.burners} CPU burner(s) beside")
     print(f"{'partitions':>10} {'rounds/s':>9} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} "
           f"{'p99.9 ms':>9} {'max ms':>8} {'>5 ms':>7} {'>10 ms':>7} {'steal ms':>9}")
     for p in [int(x) for x in args.partitions.split(",")]:
         with tempfile.TemporaryDirectory(dir=args.dir, prefix="fsync-probe.") as tmp:
-            stolen = steal_ticks()
-            lat = rounds(tmp, p, args.seconds, args.bytes)
-            steal_ms = steal_ms_since(stolen)
+            with Burners(args.burners):
+                stolen = steal_ticks()
+                lat = rounds(tmp, p, args.seconds, args.bytes)
+                steal_ms = steal_ms_since(stolen)
         over = lambda ms: 100.0 * sum(1 for v in lat if v > ms / 1e3) / max(len(lat), 1)
         print(f"{p:>10} {len(lat) / args.seconds:>9.0f} {percentile(lat, 50) * 1e3:>8.2f} "
               f"{percentile(lat, 90) * 1e3:>8.2f} {percentile(lat, 99) * 1e3:>8.2f} "
@@ -182,6 +212,8 @@ def main():
     parser.add_argument("--bytes", type=int, default=10_000)
     parser.add_argument("--concurrency", default="1,2,3,4")
     parser.add_argument("--partitions", help="commit rounds of this many partitions at once")
+    parser.add_argument("--burners", type=int, default=0,
+                        help="with --partitions: processes that spin beside each row")
     args = parser.parse_args()
     if args.partitions:
         print_rounds(args)

@@ -332,12 +332,13 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         ClientKind::Blocking => run_blocking(&shared, producer_specs, consumer_specs, &progress),
         ClientKind::Glommio => run_glommio(&shared, producer_specs, consumer_specs, &progress),
     };
+    // Closed as the workers end: deleting the topics below is not part of the run.
+    let machine_cpu = machine_window.close();
     progress.finish();
     if args.producers > 0 && !args.keep_topics {
         delete_topics(&args.target, &created);
     }
     let broker_ack = window.map(broker_share::Window::close);
-    let machine_cpu = machine_window.close();
     let (producer_results, consumer_results) = results?;
     let mut report = report::Report::build(&shared, &producer_results, &consumer_results);
     report.broker_ack = broker_ack;
