@@ -13,7 +13,6 @@ use std::io;
 use std::rc::Rc;
 use std::time::Instant;
 
-use bytes::{Buf, BytesMut};
 use futures_lite::FutureExt;
 use glommio::net::TcpStream;
 use tracing::{debug, warn};
@@ -26,6 +25,7 @@ use crate::protocol::record::{BatchHeader, RecordError};
 use crate::server::connection::handshake;
 use crate::server::handoff::Place;
 use crate::server::io::{RequestDeadline, read_some, write_all};
+use crate::server::read_buf::ReadBuf;
 use crate::server::sendfile::send_range;
 use crate::shard::calls::{Fetch, SendPlan};
 use crate::shard::data::Batches;
@@ -55,8 +55,7 @@ pub async fn serve(
     mut place: Place,
 ) -> io::Result<()> {
     let read_ahead = place.take_read_ahead();
-    let mut buf = BytesMut::with_capacity(read_ahead.len().max(4096));
-    buf.extend_from_slice(&read_ahead);
+    let mut buf = ReadBuf::from_slice(&read_ahead);
     // Requests are counted per batch for producers, per session for consumers and commits
     // (a refused handshake counts as one request of the role, with its error), on the core
     // that serves them.
@@ -73,7 +72,7 @@ async fn read_message<T>(
     shard: &Shard,
     kind: RequestKind,
     stream: &RefCell<TcpStream>,
-    buf: &mut BytesMut,
+    buf: &mut ReadBuf,
     parse: impl Fn(&[u8]) -> Result<(T, usize), HermitError>,
 ) -> io::Result<Option<(T, usize)>> {
     loop {
@@ -95,14 +94,14 @@ async fn read_message<T>(
 }
 
 /// Reads at least `needed` more bytes into `buf`.
-async fn fill(stream: &RefCell<TcpStream>, buf: &mut BytesMut, needed: usize) -> io::Result<()> {
+async fn fill(stream: &RefCell<TcpStream>, buf: &mut ReadBuf, needed: usize) -> io::Result<()> {
     fill_by(stream, buf, needed, None).await
 }
 
 /// Reads at least `needed` more bytes into `buf`, giving up when `deadline` passes.
 async fn fill_by(
     stream: &RefCell<TcpStream>,
-    buf: &mut BytesMut,
+    buf: &mut ReadBuf,
     needed: usize,
     mut deadline: Option<&mut RequestDeadline>,
 ) -> io::Result<()> {
@@ -117,18 +116,9 @@ async fn fill_by(
         let chunk = (target - len)
             .min(len.max(READ_CHUNK_BYTES))
             .max(READ_MIN_BYTES);
-        buf.resize(len + chunk, 0);
-        let n = read_some(stream, &mut buf[len..]).await;
-        match n {
-            Ok(0) => {
-                buf.truncate(len);
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            Ok(n) => buf.truncate(len + n),
-            Err(e) => {
-                buf.truncate(len);
-                return Err(e);
-            }
+        match read_some(stream, buf.spare(chunk)).await? {
+            0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+            n => buf.filled(n),
         }
     }
     Ok(())
@@ -137,7 +127,7 @@ async fn fill_by(
 async fn producer(
     shard: &Rc<Shard>,
     stream: &RefCell<TcpStream>,
-    buf: &mut BytesMut,
+    buf: &mut ReadBuf,
     deadline: Instant,
     place: &mut Place,
 ) -> io::Result<()> {
@@ -259,7 +249,7 @@ async fn producer(
 async fn next_bytes(
     shard: &Shard,
     stream: &RefCell<TcpStream>,
-    buf: &mut BytesMut,
+    buf: &mut ReadBuf,
     needed: usize,
     deadline: &mut RequestDeadline,
 ) -> io::Result<Option<()>> {
@@ -329,7 +319,7 @@ enum Wake {
 async fn consumer(
     shard: &Rc<Shard>,
     stream: &RefCell<TcpStream>,
-    buf: &mut BytesMut,
+    buf: &mut ReadBuf,
     deadline: Instant,
     place: &mut Place,
 ) -> io::Result<()> {
@@ -460,7 +450,7 @@ async fn consumer(
 async fn commit(
     shard: &Rc<Shard>,
     stream: &RefCell<TcpStream>,
-    buf: &mut BytesMut,
+    buf: &mut ReadBuf,
     deadline: Instant,
 ) -> io::Result<()> {
     let Some(((group, topic, partition, offset), _)) = handshake(

@@ -15,6 +15,7 @@ pub mod hermit;
 pub mod io;
 pub mod kafka;
 pub mod native;
+pub mod read_buf;
 pub mod scrape;
 pub mod sendfile;
 

@@ -20,7 +20,6 @@ use std::io;
 use std::pin::Pin;
 use std::rc::Rc;
 
-use bytes::{Buf, BytesMut};
 use futures_lite::FutureExt;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::net::TcpStream;
@@ -30,6 +29,7 @@ use crate::metrics::counters::Metrics;
 use crate::metrics::requests::RequestKind;
 use crate::protocol::native::{self, ApiKey, ErrorCode, FrameCheck, Request, encode_error};
 use crate::server::io::{RequestDeadline, flush, next_answer, read_exact, read_some, write_all};
+use crate::server::read_buf::ReadBuf;
 use crate::shard::calls::Fetch;
 use crate::shard::data::ProduceInFlight;
 use crate::shard::used::UsedTopics;
@@ -138,7 +138,7 @@ async fn reader_loop(
     let limits = shard.config.log.limits;
     let body_max = native::frame_body_max_bytes(&limits);
     // Allocated by the first read, and then only as large as the client needs.
-    let mut buf = BytesMut::new();
+    let mut buf = ReadBuf::new();
     let mut boundary_read_bytes = BOUNDARY_READ_BYTES;
     let mut deadline =
         RequestDeadline::new(shard.config.idle_timeout, shard.config.request_timeout);
@@ -164,7 +164,7 @@ async fn reader_loop(
                 // announces: a client cannot make the broker hold memory for bytes it has not sent.
                 if at_boundary && buf.capacity() > IDLE_BUFFER_BYTES_MAX {
                     // Give back what a large frame needed; an idle connection keeps little.
-                    buf = BytesMut::new();
+                    buf = ReadBuf::new();
                 }
                 let chunk = if at_boundary {
                     boundary_read_bytes
@@ -174,8 +174,7 @@ async fn reader_loop(
                 if let Err(e) = deadline.before_read(stream, !at_boundary) {
                     return Err(too_slow(shard, len, e));
                 }
-                buf.resize(len + chunk, 0);
-                let read = async { Event::Read(read_some(stream, &mut buf[len..]).await) };
+                let read = async { Event::Read(read_some(stream, buf.spare(chunk)).await) };
                 let event = if at_boundary {
                     read.or(async {
                         shard.shutdown.wait().await;
@@ -186,13 +185,10 @@ async fn reader_loop(
                     read.await
                 };
                 match event {
-                    Event::Shutdown => {
-                        buf.truncate(len);
-                        return Ok(());
-                    }
+                    Event::Shutdown => return Ok(()),
                     Event::Read(Ok(0)) => return Ok(()),
                     Event::Read(Ok(n)) => {
-                        buf.truncate(len + n);
+                        buf.filled(n);
                         if at_boundary {
                             // A client that fills the small read has more waiting: read it
                             // in large chunks until it sends little at a time again.
@@ -271,7 +267,7 @@ fn too_slow(shard: &Shard, received_bytes: usize, error: io::Error) -> io::Error
 /// the frame is too short to have one).
 async fn skip_frame(
     stream: &RefCell<TcpStream>,
-    buf: &mut BytesMut,
+    buf: &mut ReadBuf,
     body_bytes: u64,
     deadline: &mut RequestDeadline,
 ) -> io::Result<u32> {
