@@ -30,8 +30,12 @@ fn payload(i: usize) -> Vec<u8> {
 
 /// Writes `bytes` in pieces of 1 to `piece_max` bytes (a fixed pseudo-random sequence),
 /// each its own `write` with Nagle's algorithm off, so the broker's reads end anywhere.
+/// The answers are then read with a timeout.
 fn send_in_pieces(stream: &mut TcpStream, bytes: &[u8], piece_max: usize, seed: u64) {
     stream.set_nodelay(true).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
     let mut state = seed;
     let mut at = 0;
     while at < bytes.len() {
@@ -64,8 +68,9 @@ fn stored(broker: &Broker, topic: &str, count: usize) -> Vec<Vec<u8>> {
     payloads
 }
 
-#[test]
-fn native_requests_cut_anywhere_are_read_whole() {
+/// Runs `send_and_check(broker, topic, piece_max)` for pieces of 1-7 and of 1-9 000 bytes,
+/// each on a topic of its own, then checks that the topic holds the payloads in order.
+fn for_each_cut(send_and_check: impl Fn(&Broker, &str, usize)) {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
     for (topic, piece_max) in [("tiny-pieces", 7), ("large-pieces", 9_000)] {
@@ -73,10 +78,19 @@ fn native_requests_cut_anywhere_are_read_whole() {
             .client()
             .create_topic(topic, TopicSettings::default())
             .unwrap();
+        send_and_check(&broker, topic, piece_max);
+        let expected: Vec<Vec<u8>> = (0..FRAMES).map(payload).collect();
+        assert!(
+            stored(&broker, topic, FRAMES) == expected,
+            "{topic}: payloads differ"
+        );
+    }
+}
+
+#[test]
+fn native_requests_cut_anywhere_are_read_whole() {
+    for_each_cut(|broker, topic, piece_max| {
         let mut stream = native_preface(broker.addr);
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
         let mut bytes = Vec::new();
         for i in 0..FRAMES {
             let mut frame = produce_frame(topic, &payload(i));
@@ -96,27 +110,13 @@ fn native_requests_cut_anywhere_are_read_whole() {
             let (base, _) = native::decode_produce_response(rest).unwrap();
             assert_eq!(base, i as u64, "{topic}: request {i} stored out of order");
         }
-        let expected: Vec<Vec<u8>> = (0..FRAMES).map(payload).collect();
-        assert!(
-            stored(&broker, topic, FRAMES) == expected,
-            "{topic}: payloads differ"
-        );
-    }
+    });
 }
 
 #[test]
 fn hermit_batches_cut_anywhere_are_read_whole() {
-    let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
-    for (topic, piece_max) in [("tiny-pieces", 7), ("large-pieces", 9_000)] {
-        broker
-            .client()
-            .create_topic(topic, TopicSettings::default())
-            .unwrap();
+    for_each_cut(|broker, topic, piece_max| {
         let mut stream = TcpStream::connect(broker.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
         // The handshake goes in pieces too: a hand-off to the owning core carries the
         // bytes read past it.
         let mut bytes = hermit::encode_producer_hello(topic, 0);
@@ -131,10 +131,5 @@ fn hermit_batches_cut_anywhere_are_read_whole() {
             let base = u64::from_be_bytes(ack[1..].try_into().unwrap());
             assert_eq!(base, i as u64, "{topic}: batch {i} stored out of order");
         }
-        let expected: Vec<Vec<u8>> = (0..FRAMES).map(payload).collect();
-        assert!(
-            stored(&broker, topic, FRAMES) == expected,
-            "{topic}: payloads differ"
-        );
-    }
+    });
 }
