@@ -374,40 +374,26 @@ mod tests {
 
     #[test]
     fn zeroing_pauses_for_large_rounds_and_resumes_for_small_ones_without_flapping() {
-        let mut pace = ZeroingPace::default();
-        assert_eq!(
-            feed(&mut pace, 10 << 10, 1000),
-            (Zeroing::Ahead, 0),
-            "small rounds"
-        );
-        assert_eq!(
-            feed(&mut pace, 512 << 10, 20),
-            (Zeroing::Paused, 1),
-            "large rounds"
-        );
         let between = (ZEROING_PAUSE_ROUND_BYTES + ZEROING_RESUME_ROUND_BYTES) / 2;
-        assert_eq!(
-            feed(&mut pace, between, 1000),
-            (Zeroing::Paused, 0),
-            "stays paused"
-        );
-        assert_eq!(
-            feed(&mut pace, 10 << 10, 40),
-            (Zeroing::Ahead, 1),
-            "small again"
-        );
-        assert_eq!(
-            feed(&mut pace, between, 1000),
-            (Zeroing::Ahead, 0),
-            "stays ahead"
-        );
-        // One large round among small ones is an outlier, not a regime.
-        assert_eq!(feed(&mut pace, 10 << 10, 100), (Zeroing::Ahead, 0));
-        assert_eq!(
-            feed(&mut pace, 512 << 10, 1),
-            (Zeroing::Ahead, 0),
-            "one large round"
-        );
+        // (round bytes, rounds, the state after them, how many changes on the way)
+        let steps = [
+            ("small rounds", 10 << 10, 1000, Zeroing::Ahead, 0),
+            ("large rounds", 512 << 10, 20, Zeroing::Paused, 1),
+            ("stays paused", between, 1000, Zeroing::Paused, 0),
+            ("small again", 10 << 10, 40, Zeroing::Ahead, 1),
+            ("stays ahead", between, 1000, Zeroing::Ahead, 0),
+            // One large round among small ones is an outlier, not a regime.
+            ("small before an outlier", 10 << 10, 100, Zeroing::Ahead, 0),
+            ("one large round", 512 << 10, 1, Zeroing::Ahead, 0),
+        ];
+        let mut pace = ZeroingPace::default();
+        for (label, round_bytes, rounds, state, changes) in steps {
+            assert_eq!(
+                feed(&mut pace, round_bytes, rounds),
+                (state, changes),
+                "{label}"
+            );
+        }
     }
 
     /// Runs `test` on an executor of its own with a log directory's path on the machine's
@@ -517,28 +503,26 @@ mod tests {
     fn large_rounds_pause_the_zeros_ahead_and_small_ones_resume_them() {
         on_disk_always(64 << 20, |path, config| async move {
             let log = PartitionLog::open(&path, config).await.unwrap();
-            let zeroed = |log: &PartitionLog| log.prealloc.shared.zeroed_to.get();
-            let large = encode_batch(0, b"", &[7u8; 200 << 10], 1);
-            for _ in 0..40 {
-                log.append(&large, None).await.unwrap();
-                log.wait_prealloc(|| u64::MAX).await;
-            }
-            let written = log.segments()[0].1;
+            // Appends `rounds` batches of `payload_bytes`, each its own round; returns the
+            // bytes written then, and where the zeros reach.
+            let rounds = async |payload_bytes: usize, rounds: usize| {
+                let batch = encode_batch(0, b"", &vec![7u8; payload_bytes], 1);
+                for _ in 0..rounds {
+                    log.append(&batch, None).await.unwrap();
+                    log.wait_prealloc(|| u64::MAX).await;
+                }
+                (log.segments()[0].1, log.prealloc.shared.zeroed_to.get())
+            };
+            let (written, zeroed) = rounds(200 << 10, 40).await;
             assert_eq!(log.prealloc.pace.borrow().zeroing, Zeroing::Paused);
             assert!(
-                zeroed(&log) < written,
-                "zeroed to {} while {written} bytes were written",
-                zeroed(&log)
+                zeroed < written,
+                "zeroed to {zeroed} while {written} bytes were written"
             );
-            let small = encode_batch(0, b"", &[7u8; 1000], 1);
-            for _ in 0..100 {
-                log.append(&small, None).await.unwrap();
-                log.wait_prealloc(|| u64::MAX).await;
-            }
-            let written = log.segments()[0].1;
+            let (written, zeroed) = rounds(1000, 100).await;
             assert_eq!(log.prealloc.pace.borrow().zeroing, Zeroing::Ahead);
             assert!(
-                zeroed(&log) > written,
+                zeroed > written,
                 "zeroing resumed ahead of the {written} bytes written"
             );
             log.close().await.unwrap();
