@@ -22,7 +22,7 @@ use crate::shard::admin::check_partition;
 use crate::shard::calls::{
     Fetch, ListOffsets, PartitionState, PartitionStates, Produce, Produced, Run, SendPlan,
 };
-use crate::shard::idempotence::IdempotentBatch;
+use crate::shard::idempotence::{IdempotentBatch, Settle};
 use crate::shard::mesh::InFlight;
 use crate::shard::topics::TopicMeta;
 use crate::shard::{Failure, Shard};
@@ -70,6 +70,8 @@ enum InFlightState {
         log: Rc<PartitionLog>,
         base_offset: u64,
         last: Ticket,
+        /// An idempotent producer's batches, settled once the commit ends.
+        settle: Option<Settle>,
     },
     /// Sent to the owner core; dropping it forgets the call.
     Remote(InFlight<Produce>),
@@ -120,6 +122,7 @@ impl Shard {
                     format!("topic {} is being deleted", meta.name),
                 ));
             };
+            let mut settle = None;
             let (base_offset, last) = match batches {
                 Batches::Checked(batches) => {
                     stage_all(&log, batches, BatchSource::Client, &self.metrics).await?
@@ -129,8 +132,11 @@ impl Shard {
                     producers: [],
                 } => stage_all(&log, batches, BatchSource::Kafka, &self.metrics).await?,
                 Batches::Kafka { batches, producers } => {
-                    self.stage_idempotent(&log, &meta.name, partition, batches, producers)
-                        .await?
+                    let (base_offset, last, staged) = self
+                        .stage_idempotent(&log, &meta.name, partition, batches, producers)
+                        .await?;
+                    settle = Some(staged);
+                    (base_offset, last)
                 }
                 Batches::Single(batch) => stage_one(&log, batch, &self.metrics).await?,
             };
@@ -143,6 +149,7 @@ impl Shard {
                     log,
                     base_offset,
                     last,
+                    settle,
                 },
             });
         }
@@ -202,8 +209,13 @@ impl Shard {
                 log,
                 base_offset,
                 last,
+                settle,
             } => {
-                log.commit(last).await?;
+                let committed = log.commit(last).await;
+                if let Some(settle) = settle {
+                    settle.settle(&log);
+                }
+                committed?;
                 Produced {
                     base_offset,
                     next_offset: last.end_offset,
@@ -411,8 +423,12 @@ impl Shard {
 
 impl Run for Produce {
     async fn run(self, shard: &Rc<Shard>) -> Result<Produced, Failure> {
-        let (log, base_offset, last) = shard.stage_produce(&self).await?;
-        log.commit(last).await?;
+        let (log, base_offset, last, settle) = shard.stage_produce(&self).await?;
+        let committed = log.commit(last).await;
+        if let Some(settle) = settle {
+            settle.settle(&log);
+        }
+        committed?;
         Ok(Produced {
             base_offset,
             next_offset: last.end_offset,
@@ -425,23 +441,25 @@ impl Shard {
     pub(crate) async fn stage_produce(
         &self,
         produce: &Produce,
-    ) -> Result<(Rc<PartitionLog>, u64, Ticket), Failure> {
+    ) -> Result<(Rc<PartitionLog>, u64, Ticket, Option<Settle>), Failure> {
         let log = self.owned_log(&produce.topic, produce.partition)?;
         let limits = self.config.log.limits;
         let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
-        let (base_offset, last) = if produce.producers.is_empty() {
-            stage_all(&log, batches, produce.source, &self.metrics).await?
-        } else {
-            self.stage_idempotent(
+        if produce.producers.is_empty() {
+            let (base_offset, last) =
+                stage_all(&log, batches, produce.source, &self.metrics).await?;
+            return Ok((log, base_offset, last, None));
+        }
+        let (base_offset, last, settle) = self
+            .stage_idempotent(
                 &log,
                 &produce.topic,
                 produce.partition,
                 batches,
                 &produce.producers,
             )
-            .await?
-        };
-        Ok((log, base_offset, last))
+            .await?;
+        Ok((log, base_offset, last, Some(settle)))
     }
 }
 
@@ -532,20 +550,63 @@ pub async fn stage_all(
             )
             .await
         }
-        BatchSource::Kafka => {
-            log.stage_many(
-                batches
-                    .iter()
-                    .map(|(_, batch)| (BatchTrust::KafkaChecked, batch)),
-            )
-            .await
-        }
+        BatchSource::Kafka => return stage_kafka_admitted(log, batches, metrics, || Ok(())).await,
     };
-    let staged = staged.inspect_err(|e| {
-        if matches!(e, StorageError::BadBatch(_)) {
-            Metrics::inc(&metrics.bad_batches);
+    let staged = staged.map_err(|e| Staging::Storage(e).counted(metrics))?;
+    count_staged(metrics, &batches, &staged);
+    Ok(staged)
+}
+
+/// [`stage_all`] of Kafka RecordBatches, with `admit` asked right before they are staged
+/// (see [`PartitionLog::stage_many_admitted`]): a refusal stages nothing.
+pub async fn stage_kafka_admitted(
+    log: &Rc<PartitionLog>,
+    batches: ProduceBatches<'_>,
+    metrics: &Metrics,
+    mut admit: impl FnMut() -> Result<(), Failure>,
+) -> Result<(u64, Ticket), Failure> {
+    let staged = log
+        .stage_many_admitted(
+            batches
+                .iter()
+                .map(|(_, batch)| (BatchTrust::KafkaChecked, batch)),
+            || admit().map_err(Staging::Refused),
+        )
+        .await
+        .map_err(|e| e.counted(metrics))?;
+    count_staged(metrics, &batches, &staged);
+    Ok(staged)
+}
+
+/// Why staging a request failed: the storage refused it, or the caller's admission did.
+enum Staging {
+    Storage(StorageError),
+    Refused(Failure),
+}
+
+impl From<StorageError> for Staging {
+    fn from(e: StorageError) -> Staging {
+        Staging::Storage(e)
+    }
+}
+
+impl Staging {
+    /// The failure to answer, counting a bad batch.
+    fn counted(self, metrics: &Metrics) -> Failure {
+        match self {
+            Staging::Storage(e) => {
+                if matches!(e, StorageError::BadBatch(_)) {
+                    Metrics::inc(&metrics.bad_batches);
+                }
+                e.into()
+            }
+            Staging::Refused(failure) => failure,
         }
-    })?;
+    }
+}
+
+/// The append's metrics, once, on the owner core.
+fn count_staged(metrics: &Metrics, batches: &ProduceBatches<'_>, staged: &(u64, Ticket)) {
     metrics
         .batches_in
         .set(metrics.batches_in.get() + u64::from(batches.count));
@@ -553,5 +614,4 @@ pub async fn stage_all(
     metrics.bytes_in.set(
         metrics.bytes_in.get() + batches.as_bytes().len() as u64 - 4 * u64::from(batches.count),
     );
-    Ok(staged)
 }

@@ -14,6 +14,7 @@ pub mod hermit;
 pub mod ledger;
 pub mod powerfs;
 pub mod raw;
+pub mod small_fs;
 
 pub struct Broker {
     child: Option<Child>,
