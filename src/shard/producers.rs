@@ -162,15 +162,8 @@ impl<T: Copy> ProducerTable<T> {
             }
             return first_of_epoch(batch);
         };
-        if batch.epoch < state.epoch {
-            return Err(SequenceError::Fenced {
-                producer_id: batch.producer_id,
-                got: batch.epoch,
-                current: state.epoch,
-            });
-        }
-        if batch.epoch > state.epoch {
-            return first_of_epoch(batch);
+        if let Some(verdict) = other_epoch(batch, state.epoch) {
+            return verdict;
         }
         if let Some(b) = state.batches.iter().find(|b| {
             b.first_sequence == batch.first_sequence && b.last_sequence == batch.last_sequence
@@ -180,15 +173,7 @@ impl<T: Copy> ProducerTable<T> {
                 staged: b.staged,
             });
         }
-        let expected = state.expected_sequence();
-        if batch.first_sequence != expected {
-            return Err(SequenceError::OutOfOrder {
-                producer_id: batch.producer_id,
-                got: batch.first_sequence,
-                expected,
-            });
-        }
-        Ok(Verdict::Append)
+        starts_at(batch, state.expected_sequence())
     }
 
     /// Decides about the batches of one request, in order, as if each earlier one had been
@@ -283,33 +268,40 @@ fn follows<T>(
     previous: &ProducerBatch,
     batch: &ProducerBatch,
 ) -> Result<Verdict<T>, SequenceError> {
-    if batch.epoch < previous.epoch {
-        return Err(SequenceError::Fenced {
+    if let Some(verdict) = other_epoch(batch, previous.epoch) {
+        return verdict;
+    }
+    starts_at(batch, next_sequence(previous.last_sequence))
+}
+
+/// The verdict on a batch whose epoch is not `current`: fenced if older, the first of its
+/// epoch if newer; `None` for the current epoch.
+fn other_epoch<T>(
+    batch: &ProducerBatch,
+    current: i16,
+) -> Option<Result<Verdict<T>, SequenceError>> {
+    match batch.epoch.cmp(&current) {
+        std::cmp::Ordering::Less => Some(Err(SequenceError::Fenced {
             producer_id: batch.producer_id,
             got: batch.epoch,
-            current: previous.epoch,
-        });
+            current,
+        })),
+        std::cmp::Ordering::Greater => Some(first_of_epoch(batch)),
+        std::cmp::Ordering::Equal => None,
     }
-    if batch.epoch > previous.epoch {
-        return first_of_epoch(batch);
-    }
-    let expected = next_sequence(previous.last_sequence);
+}
+
+fn first_of_epoch<T>(batch: &ProducerBatch) -> Result<Verdict<T>, SequenceError> {
+    starts_at(batch, 0)
+}
+
+/// Append if `batch` starts at `expected`, else out of order.
+fn starts_at<T>(batch: &ProducerBatch, expected: i32) -> Result<Verdict<T>, SequenceError> {
     if batch.first_sequence != expected {
         return Err(SequenceError::OutOfOrder {
             producer_id: batch.producer_id,
             got: batch.first_sequence,
             expected,
-        });
-    }
-    Ok(Verdict::Append)
-}
-
-fn first_of_epoch<T>(batch: &ProducerBatch) -> Result<Verdict<T>, SequenceError> {
-    if batch.first_sequence != 0 {
-        return Err(SequenceError::OutOfOrder {
-            producer_id: batch.producer_id,
-            got: batch.first_sequence,
-            expected: 0,
         });
     }
     Ok(Verdict::Append)
@@ -335,6 +327,14 @@ mod tests {
     /// Produces through the table as the front-end would; returns the answered offset.
     /// The tests' tickets: the batch's base offset.
     type Table = ProducerTable<u64>;
+
+    /// The verdict on a retry of a batch stored at `base_offset`.
+    fn stored_at(base_offset: u64) -> Result<Verdict<u64>, SequenceError> {
+        Ok(Verdict::Duplicate {
+            base_offset,
+            staged: None,
+        })
+    }
 
     fn produce(table: &mut Table, next: &mut u64, b: ProducerBatch) -> Result<u64, SequenceError> {
         match table.check(&b)? {
@@ -385,13 +385,7 @@ mod tests {
             table.check(&batch(0, 0, 1)),
             Err(SequenceError::OutOfOrder { .. })
         ));
-        assert_eq!(
-            table.check(&batch(0, 1, 1)),
-            Ok(Verdict::Duplicate {
-                base_offset: 1,
-                staged: None
-            })
-        );
+        assert_eq!(table.check(&batch(0, 1, 1)), stored_at(1));
     }
 
     #[test]
@@ -444,13 +438,7 @@ mod tests {
         for (b, _) in &log {
             assert_eq!(live.check(b), rebuilt.check(b));
         }
-        assert_eq!(
-            rebuilt.check(&batch(1, 1, 4)),
-            Ok(Verdict::Duplicate {
-                base_offset: 6,
-                staged: None
-            })
-        );
+        assert_eq!(rebuilt.check(&batch(1, 1, 4)), stored_at(6));
     }
 
     /// Stages a new batch as the shard does: remembered with its ticket (its base offset).
@@ -475,13 +463,7 @@ mod tests {
             })
         );
         table.settle(9, |_| Settlement::Stored);
-        assert_eq!(
-            table.check(&batch(0, 0, 3)),
-            Ok(Verdict::Duplicate {
-                base_offset: 100,
-                staged: None
-            })
-        );
+        assert_eq!(table.check(&batch(0, 0, 3)), stored_at(100));
     }
 
     #[test]
@@ -507,13 +489,7 @@ mod tests {
             table.check(&batch(0, 4, 2)),
             Err(SequenceError::OutOfOrder { expected: 2, .. })
         ));
-        assert_eq!(
-            table.check(&batch(0, 0, 2)),
-            Ok(Verdict::Duplicate {
-                base_offset: 0,
-                staged: None
-            })
-        );
+        assert_eq!(table.check(&batch(0, 0, 2)), stored_at(0));
         assert_eq!(table.unsettled().count(), 0);
     }
 
@@ -574,12 +550,6 @@ mod tests {
             table.check_run(&[batch(1, 0, 2), batch(0, 2, 1)]),
             Err(SequenceError::Fenced { .. })
         ));
-        assert_eq!(
-            table.check_run(&[batch(0, 0, 2)]),
-            Ok(Verdict::Duplicate {
-                base_offset: 0,
-                staged: None
-            })
-        );
+        assert_eq!(table.check_run(&[batch(0, 0, 2)]), stored_at(0));
     }
 }
