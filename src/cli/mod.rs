@@ -26,7 +26,8 @@ use crate::client::blocking::Client;
     about = "A persistent, thread-per-core message broker"
 )]
 pub struct Cli {
-    /// Log level or filter (RUST_LOG syntax), e.g. info, debug, pagurus=trace.
+    /// Log level (error, warn, info, debug, trace, off) or filter (RUST_LOG syntax:
+    /// TARGET=LEVEL, comma-separated), e.g. debug, warn,pagurus::storage=trace.
     #[arg(
         long,
         global = true,
@@ -180,11 +181,10 @@ fn value_source(matches: &ArgMatches, id: &str) -> Option<clap::parser::ValueSou
 /// writes more than 50 warnings or errors a second (`log_limit`).
 fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
     use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
     let level_filter =
-        EnvFilter::try_new(level).map_err(|e| format!("invalid --log-level {level:?}: {e}"))?;
+        log_filter(level).map_err(|e| format!("invalid --log-level {level:?}: {e}"))?;
     let rust_log = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
-    let (filter, bad_rust_log) = match rust_log.map(|f| (EnvFilter::try_new(&f), f)) {
+    let (filter, bad_rust_log) = match rust_log.map(|f| (log_filter(&f), f)) {
         Some((Ok(filter), _)) => (filter, None),
         Some((Err(e), f)) => (level_filter, Some((f, e))),
         None => (level_filter, None),
@@ -214,6 +214,47 @@ fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
         tracing::warn!(rust_log = %value, %error, "RUST_LOG is not a valid filter; using --log-level");
     }
     Ok(())
+}
+
+/// The accepted forms of `--log-level`, for its error message.
+const LOG_LEVEL_FORMS: &str = "give a level (error, warn, info, debug, trace, off) or a filter: \
+comma-separated levels and TARGET=LEVEL directives (RUST_LOG syntax, \
+e.g. `warn,pagurus::server=debug`)";
+
+/// `--log-level` (or `RUST_LOG`) as a filter. EnvFilter reads a bare word that is not a
+/// level as a target to log at every level, so `warning` or `verbose` would silence every
+/// line of pagurus (whose targets start with `pagurus`) while looking accepted: each
+/// directive must be a level or name one (`TARGET=LEVEL`, or a `[span]` form).
+fn log_filter(text: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    use tracing_subscriber::filter::LevelFilter;
+    if text.trim().is_empty() {
+        return Err(format!("empty; {LOG_LEVEL_FORMS}"));
+    }
+    // Commas inside `[span{field=a,b}]` do not separate directives.
+    let mut depth = 0i32;
+    let mut start = 0;
+    let mut directives = Vec::new();
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' | '{' => depth += 1,
+            ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                directives.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    directives.push(&text[start..]);
+    for directive in directives.iter().map(|d| d.trim()) {
+        let names_level = directive.contains('=') || directive.contains('[');
+        if !directive.is_empty() && !names_level && directive.parse::<LevelFilter>().is_err() {
+            return Err(format!(
+                "{directive:?} is not a level (a bare name would enable only that target); {LOG_LEVEL_FORMS}"
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(text).map_err(|e| format!("{e}; {LOG_LEVEL_FORMS}"))
 }
 
 /// Broker address the client subcommands use unless told otherwise.
