@@ -44,6 +44,9 @@ fn subcommands(path: &[&str]) -> Vec<Vec<String>> {
         .skip_while(|l| l.trim() != "Commands:")
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
+        // A name is indented by two spaces; a description wrapped to the terminal's width
+        // continues further in.
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
         .filter_map(|l| l.split_whitespace().next())
         .filter(|name| *name != "help")
         .map(str::to_string)
@@ -84,10 +87,14 @@ fn help_flags(text: &str) -> BTreeMap<String, Flag> {
     };
     for line in text.lines() {
         let trimmed = line.trim_start();
-        let indented = line.len() > trimmed.len();
+        let indent = line.len() - trimmed.len();
+        let indented = indent > 0;
+        // A flag starts 2 (`-p, --partitions`) or 6 (`--quiet`) columns in; a description
+        // wrapped to the terminal's width continues further in, and may start with a flag
+        // it names.
         let long = trimmed
             .strip_prefix('-')
-            .filter(|_| indented)
+            .filter(|_| (2..=6).contains(&indent))
             .map(|rest| rest.trim_start_matches(|c: char| c.is_ascii_alphanumeric()))
             .map(|rest| rest.trim_start_matches(", -"))
             .and_then(|rest| rest.strip_prefix('-'));
@@ -235,6 +242,25 @@ fn help_parser_reads_short_and_long_layouts() {
     assert_eq!(short.len(), 1);
     let long = help_flags(long);
     assert_eq!(long["--partitions"].default.as_deref(), Some("1"));
+    // Wrapped to the terminal: a continuation that starts with a flag it names.
+    let wrapped = help_flags(
+        "Options:
+      --topics <TOPICS>
+          Topics (see
+          --keep-topics) [env:
+          PAGURUS_T=] [default: 1]
+",
+    );
+    assert_eq!(
+        wrapped,
+        BTreeMap::from([(
+            "--topics".to_string(),
+            Flag {
+                env: Some("PAGURUS_T".into()),
+                default: Some("1".into())
+            }
+        )])
+    );
     assert_eq!(
         long["--quiet"],
         Flag {

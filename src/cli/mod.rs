@@ -6,6 +6,7 @@ mod consume;
 mod consume_group;
 mod format;
 mod groups;
+mod io_buffers_log;
 mod log_limit;
 mod produce;
 mod profile;
@@ -18,6 +19,7 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::client::ClientError;
 use crate::client::blocking::Client;
+use crate::protocol::native::ErrorCode;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -196,18 +198,18 @@ fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_thread_names(true);
+    use tracing_subscriber::filter::FilterExt;
     let registry = tracing_subscriber::registry().with(filter);
+    let filters = || io_buffers_log::GlommioBuffers.and(limit.clone());
     match format {
         LogFormat::Human => registry
             .with(
                 lines
                     .with_ansi(std::io::stderr().is_terminal())
-                    .with_filter(limit.clone()),
+                    .with_filter(filters()),
             )
             .init(),
-        LogFormat::Json => registry
-            .with(lines.json().with_filter(limit.clone()))
-            .init(),
+        LogFormat::Json => registry.with(lines.json().with_filter(filters())).init(),
     }
     limit.report_dropped();
     if let Some((value, error)) = bad_rust_log {
@@ -417,8 +419,25 @@ fn describe(e: &ClientError) -> String {
         ClientError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
             String::from("the broker closed the connection")
         }
+        // An error that was described once already and carried on in an I/O error (a lost
+        // connection passed to `reconnect`) keeps its one "I/O error: ".
+        ClientError::Io(io) => {
+            let text = io.to_string();
+            format!(
+                "I/O error: {}",
+                text.strip_prefix("I/O error: ").unwrap_or(&text)
+            )
+        }
         other => other.to_string(),
     }
+}
+
+/// A topic's error code from the metadata, worded as the broker's answers are
+/// (`broker answered UnknownTopic (10)`), so a topic missing reads the same from every
+/// subcommand.
+fn topic_error(topic: &str, code: u16) -> String {
+    let name = ErrorCode::from_u16(code).map_or("Unknown", ErrorCode::name);
+    format!("topic {topic}: broker answered {name} ({code})")
 }
 
 /// Writes `text` to stdout; a reader that went away (`| head`) is not an error.
