@@ -284,3 +284,62 @@ fn nix_is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+#[test]
+fn an_interrupted_produce_says_what_was_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 1, &[]);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
+        .args([
+            "produce",
+            "--topic",
+            "ctrl-c",
+            "--partition",
+            "0",
+            "--broker",
+        ])
+        .arg(broker.addr.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Three lines, and stdin left open: the user is still typing when Ctrl-C comes.
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"one\ntwo\nthree\n").unwrap();
+    let mut client = broker.client();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client
+        .list_offsets("ctrl-c", 0, pagurus::protocol::native::OffsetSpec::Latest)
+        .unwrap_or(0)
+        < 3
+    {
+        assert!(Instant::now() < deadline, "the records were not stored");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Stored; the acknowledgement is on its way to the producer.
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: kill(2) on the child's own pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "produce ignored Ctrl-C");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    drop(stdin);
+    assert_eq!(status.code(), Some(128 + libc::SIGINT), "{stderr}");
+    assert!(
+        stderr.contains("interrupted: 3 records acknowledged to ctrl-c"),
+        "{stderr}"
+    );
+}

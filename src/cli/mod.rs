@@ -405,6 +405,23 @@ fn reconnect(
     }
 }
 
+/// On SIGINT (Ctrl-C) or SIGTERM, writes `summary()` to stderr and exits with 128 + the
+/// signal, as a shell reports a process killed by it: a client interrupted mid-run still
+/// says what the broker confirmed. The main thread may be blocked in a read (of stdin, of an
+/// answer), so the line comes from a thread of its own.
+fn on_interrupt(summary: impl Fn() -> String + Send + 'static) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            eprintln!("pagurus: interrupted: {}", summary());
+            std::process::exit(128 + signal);
+        }
+    });
+}
+
 /// One line for a client error; a read timeout says so instead of "resource unavailable".
 fn describe(e: &ClientError) -> String {
     match e {
