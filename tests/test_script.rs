@@ -2,7 +2,7 @@
 //! matching tests (cargo test's filter) and skips the format and lint checks, and every run
 //! ends with the summary line. `cargo` is a stand-in on PATH that records its arguments and
 //! prints one test result: a real nested `cargo test` would wait for this one's lock on the
-//! build directory.
+//! build directory. And the README's first command picks the broker among the binaries.
 
 use std::process::{Command, Output};
 
@@ -97,5 +97,57 @@ fn bad_arguments_are_refused() {
             String::from_utf8_lossy(&out.stderr).contains("see --help"),
             "{out:?}"
         );
+    }
+}
+
+/// The README's first command, `cargo run --release -- serve`, must pick the broker: cargo
+/// refuses to guess among several binaries (the test-only `powerfs` is one) unless the
+/// package names a `default-run`. (`.ci/run` runs the command itself, through
+/// scripts/readme-serve.sh: a `cargo run` inside `cargo test` would wait for this run's
+/// lock on the build directory.)
+#[test]
+fn the_readme_first_command_runs_the_broker() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let first = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("```sh"))
+        .nth(1)
+        .unwrap();
+    assert_eq!(first, "cargo run --release -- serve");
+    let script = std::fs::read_to_string(format!("{root}/scripts/readme-serve.sh")).unwrap();
+    assert!(
+        script.contains(&format!("  {first} >")),
+        "readme-serve.sh runs {first:?}"
+    );
+    let ci = std::fs::read_to_string(format!("{root}/.ci/run")).unwrap();
+    assert!(
+        ci.lines().any(|l| l == "scripts/readme-serve.sh"),
+        ".ci/run"
+    );
+
+    let out = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--no-deps",
+            "--format-version",
+            "1",
+            "--offline",
+        ])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let metadata: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let package = &metadata["packages"][0];
+    let bins: Vec<&str> = package["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "bin"))
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    if bins.len() > 1 {
+        assert_eq!(package["default_run"], "pagurus", "binaries {bins:?}");
     }
 }
