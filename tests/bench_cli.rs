@@ -30,7 +30,11 @@ fn bench_without_flags_runs_for_its_default_duration() {
         .args(["bench", "--help"])
         .output()
         .unwrap();
-    let help = String::from_utf8_lossy(&help.stdout);
+    // Wrapped to the terminal's width: compared as one line.
+    let help = String::from_utf8_lossy(&help.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
     assert!(
         help.contains("Without --count or --duration a run lasts 10 s"),
         "{help}"
