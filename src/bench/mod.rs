@@ -19,6 +19,7 @@
 mod broker_share;
 mod glommio;
 mod machine;
+mod progress;
 pub mod report;
 mod window;
 mod workers;
@@ -100,7 +101,8 @@ pub struct BenchArgs {
     /// Messages to produce in all, warm-up included (or to consume, with `--producers 0`).
     #[arg(long, conflicts_with = "duration")]
     pub count: Option<u64>,
-    /// Seconds to produce for, warm-up included.
+    /// Seconds to produce for, warm-up included. Without --count or --duration a run
+    /// lasts 10 s.
     #[arg(long)]
     pub duration: Option<f64>,
     /// Seconds at the start whose messages and latencies the results leave out (the report
@@ -246,9 +248,13 @@ fn used_partitions(args: &BenchArgs) -> Vec<(String, u32)> {
     used
 }
 
-pub fn run(args: BenchArgs) -> Result<(), String> {
+/// Seconds a run lasts when neither `--count` nor `--duration` is given: long enough for
+/// steady rates past the default one-second warm-up, short enough to just try.
+pub const DEFAULT_DURATION_S: f64 = 10.0;
+
+pub fn run(mut args: BenchArgs) -> Result<(), String> {
     if args.count.is_none() && args.duration.is_none() {
-        return Err("give --count N or --duration S".into());
+        args.duration = Some(DEFAULT_DURATION_S);
     }
     if args.batch == 0 || args.in_flight == 0 {
         return Err("--batch and --in-flight must be at least 1".into());
@@ -327,7 +333,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         .as_deref()
         .map(|addr| broker_share::Window::open(addr, shared.measure_from));
     let machine_window = machine::Window::open(shared.measure_from);
-    let progress = report::Progress::new(&args);
+    let progress = progress::Progress::new(&args);
     let results = match args.client {
         ClientKind::Blocking => run_blocking(&shared, producer_specs, consumer_specs, &progress),
         ClientKind::Glommio => run_glommio(&shared, producer_specs, consumer_specs, &progress),
@@ -456,7 +462,7 @@ pub type Results = (Vec<WorkerResult>, Vec<WorkerResult>);
 fn join<T>(
     handle: std::thread::JoinHandle<Result<T, String>>,
     shared: &Shared,
-    progress: &report::Progress,
+    progress: &progress::Progress,
 ) -> Result<T, String> {
     while !handle.is_finished() {
         progress.tick(shared);
@@ -471,7 +477,7 @@ fn run_blocking(
     shared: &Arc<Shared>,
     producers: Vec<ProducerSpec>,
     consumers: Vec<Vec<ConsumerSpec>>,
-    progress: &report::Progress,
+    progress: &progress::Progress,
 ) -> Result<Results, String> {
     let producers: Vec<_> = producers
         .into_iter()
@@ -501,7 +507,7 @@ fn run_glommio(
     shared: &Arc<Shared>,
     producers: Vec<ProducerSpec>,
     consumers: Vec<Vec<ConsumerSpec>>,
-    progress: &report::Progress,
+    progress: &progress::Progress,
 ) -> Result<Results, String> {
     // Consumers get a thread of their own: on one thread with the producers, every fetch
     // answer would delay acknowledgements (and the other way round), which a real

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::cli::{BrokerArgs, ReconnectArgs, connection_lost, describe, reconnect};
+use crate::cli::{BrokerArgs, ReconnectArgs, connection_lost, describe, on_interrupt, reconnect};
 use crate::client::ClientError;
 use crate::client::blocking::Client;
 use crate::client::produce::{Accumulator, BatchLimits, ProduceFrame};
@@ -69,7 +69,17 @@ pub struct ProduceArgs {
 /// distinct keys cannot make the producer hold an unbounded number of batches.
 const OPEN_BATCHES_MAX: usize = 1024;
 
+/// Records acknowledged so far, for the line a Ctrl-C'd run writes.
+static ACKED_RECORDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 pub fn run(args: ProduceArgs) -> Result<(), String> {
+    let topic = args.topic.clone();
+    on_interrupt(move || {
+        let acked = ACKED_RECORDS.load(std::sync::atomic::Ordering::Relaxed);
+        format!(
+            "{acked} records acknowledged to {topic}; any sent after them may or may not be stored"
+        )
+    });
     let mut client = args.target.connect(Duration::ZERO)?;
     let partitions = match args.partition {
         Some(_) => 1,
@@ -342,6 +352,7 @@ impl Producer<'_> {
         });
         self.partitions_written.insert(frame.partition());
         self.acked_records += u64::from(frame.records());
+        ACKED_RECORDS.store(self.acked_records, std::sync::atomic::Ordering::Relaxed);
         self.acked_batches += 1;
         self.accumulator.recycle(frame);
         Ok(())
