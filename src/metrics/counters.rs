@@ -58,6 +58,8 @@ counters!(
     kafka_requests,
     /// Kafka requests for an API or version pagurus does not serve (answered UNSUPPORTED_VERSION).
     kafka_unsupported,
+    /// Kafka topic configs refused (unknown name, bad value, read-only), answered INVALID_CONFIG.
+    kafka_configs_refused,
     /// Native batches converted to RecordBatches for Kafka fetches.
     kafka_batches_converted,
     /// Batches appended on this core.
