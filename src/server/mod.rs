@@ -18,6 +18,7 @@ pub mod native;
 pub mod read_buf;
 pub mod scrape;
 pub mod sendfile;
+pub mod time_seek;
 
 use std::fs::File;
 use std::rc::Rc;
