@@ -58,6 +58,11 @@ counters!(
     kafka_requests,
     /// Kafka requests for an API or version pagurus does not serve (answered UNSUPPORTED_VERSION).
     kafka_unsupported,
+    /// Kafka topic configs refused (unknown name, bad value, read-only), answered INVALID_CONFIG.
+    kafka_configs_refused,
+    /// Time seeks answered with a batch's first offset because its records could not be
+    /// read (an I/O error, a damaged batch); compressed batches are not counted.
+    time_seeks_by_batch,
     /// Native batches converted to RecordBatches for Kafka fetches.
     kafka_batches_converted,
     /// Batches appended on this core.

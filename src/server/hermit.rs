@@ -273,7 +273,7 @@ async fn next_bytes(
 fn deleted_since(shard: &Shard, meta: &Rc<TopicMeta>) -> bool {
     shard
         .topic(&meta.name)
-        .is_none_or(|current| !Rc::ptr_eq(&current, meta))
+        .is_none_or(|current| current.id != meta.id)
 }
 
 /// Counts and logs a batch that did not arrive whole in time (mid-batch timeouts only).

@@ -18,6 +18,7 @@ pub mod native;
 pub mod read_buf;
 pub mod scrape;
 pub mod sendfile;
+pub mod time_seek;
 
 use std::fs::File;
 use std::rc::Rc;
@@ -537,7 +538,8 @@ async fn background_retention(shard: Rc<Shard>) {
             while !shard.shutdown.is_requested() {
                 glommio::timer::sleep(RETENTION_EVERY).await;
                 for (meta, partition, log) in shard.local_partitions() {
-                    log.roll_if_aged().await;
+                    log.roll_if_aged(meta.log_config(&shard.config.log).segment_age)
+                        .await;
                     let retention = meta.retention();
                     if retention == crate::storage::Retention::default() {
                         continue;

@@ -161,6 +161,31 @@ impl SegmentFiles {
     }
 }
 
+/// `length` bytes of a segment from `position`, for conversion or a look inside a batch.
+/// A range of the active segment (`hot`: in the page cache, a memory copy) is read inline; any other on the
+/// blocking pool, so a cold read never stalls the executor. At most one fetch's bytes
+/// (`FETCH_BYTES_MAX`, or one batch over it).
+pub async fn read_range(
+    file: &Rc<File>,
+    position: u64,
+    length: u64,
+    hot: bool,
+) -> io::Result<Vec<u8>> {
+    let len = usize::try_from(length).map_err(|_| io::Error::other("read range too large"))?;
+    let read = move |file: &File| {
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, position).map(|()| buf)
+    };
+    if hot {
+        return read(file.as_ref());
+    }
+    // A descriptor of its own for the job, which runs on even if this future is dropped.
+    let file = file.try_clone()?;
+    glommio::executor()
+        .spawn_blocking(move || read(&file))
+        .await
+}
+
 #[cfg(test)]
 mod tests {
     use std::io::Write;

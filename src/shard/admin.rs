@@ -14,7 +14,8 @@ use tracing::{info, warn};
 use crate::metrics::counters::Metrics;
 use crate::protocol::native::{ErrorCode, TopicSettings};
 use crate::shard::calls::{
-    CreateTopic, DeleteTopic, DropTopic, ForgetOffsets, OpenPartitions, PublishTopic, Run,
+    AlterTopic, CreateTopic, DeleteTopic, DropTopic, ForgetOffsets, OpenPartitions, PublishTopic,
+    Run,
 };
 use crate::shard::topics::{self, TopicMeta};
 use crate::shard::{CONTROLLER_CORE, Failure, Shard};
@@ -66,8 +67,9 @@ impl Shard {
         settings: &TopicSettings,
         if_not_exists: bool,
     ) -> Result<(), Failure> {
-        let meta = TopicMeta::from_settings(name, settings, &self.config.log)
+        let mut meta = TopicMeta::from_settings(name, settings, &self.config.log)
             .map_err(|(code, msg)| Failure::new(code, msg))?;
+        meta.id = topics::new_topic_id().map_err(Failure::from)?;
         let call = CreateTopic {
             meta,
             if_not_exists,
@@ -81,6 +83,13 @@ impl Shard {
             name: name.to_string(),
         };
         self.route(CONTROLLER_CORE, call).await
+    }
+
+    /// Changes an existing topic's settings (on any core; forwarded to the controller).
+    /// Only what open partitions follow may change: retention and cleanup, which the
+    /// background tasks read from the registry at every pass. The caller checks that.
+    pub async fn alter_topic(self: &Rc<Self>, meta: TopicMeta) -> Result<(), Failure> {
+        self.route(CONTROLLER_CORE, AlterTopic { meta }).await
     }
 
     /// Runs a call on every core in order; the first failure stops it.
@@ -174,6 +183,33 @@ impl Shard {
         }
     }
 
+    async fn alter_on_controller(self: &Rc<Self>, meta: TopicMeta) -> Result<(), Failure> {
+        let _lock = self.controller_permit().await?;
+        let Some(old) = self.topic(&meta.name) else {
+            return Err(self.unknown_topic(&meta.name));
+        };
+        if old.partitions != meta.partitions || old.id != meta.id {
+            return Err(Failure::new(
+                ErrorCode::InvalidConfig,
+                format!(
+                    "topic {} changed while its settings were altered",
+                    meta.name
+                ),
+            ));
+        }
+        // Durable before any core uses it: a crash after the answer keeps the new
+        // settings (the file is replaced by a rename, never half written).
+        let (persisted, data_dir) = (meta.clone(), self.config.data_dir.clone());
+        glommio::executor()
+            .spawn_blocking(move || persisted.persist(&data_dir))
+            .await
+            .map_err(Failure::from)?;
+        self.broadcast(|| PublishTopic { meta: meta.clone() })
+            .await?;
+        info!(topic = %meta.name, settings = ?meta.settings(), "topic settings altered");
+        Ok(())
+    }
+
     async fn delete_on_controller(self: &Rc<Self>, name: &str) -> Result<(), Failure> {
         let _lock = self.controller_permit().await?;
         if self.topic(name).is_none() {
@@ -227,6 +263,12 @@ impl Run for CreateTopic {
 impl Run for DeleteTopic {
     async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
         Box::pin(shard.delete_on_controller(&self.name)).await
+    }
+}
+
+impl Run for AlterTopic {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+        Box::pin(shard.alter_on_controller(self.meta)).await
     }
 }
 

@@ -191,6 +191,13 @@ pub struct OpenPartitions {
     pub meta: TopicMeta,
 }
 
+/// To the controller (core 0): new settings for an existing topic, whose partition count
+/// stays (only the settings that take effect on open partitions may change).
+#[derive(Debug)]
+pub struct AlterTopic {
+    pub meta: TopicMeta,
+}
+
 /// From the controller to every core, once all opened theirs: the topic exists.
 #[derive(Debug)]
 pub struct PublishTopic {
@@ -275,6 +282,7 @@ mesh_calls! {
     PartitionStates -> Vec<Option<PartitionState>>;
     CreateTopic -> ();
     DeleteTopic -> ();
+    AlterTopic -> ();
     OpenPartitions -> ();
     PublishTopic -> ();
     DropTopic -> ();

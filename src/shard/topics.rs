@@ -25,10 +25,14 @@ pub enum Cleanup {
     Compact,
 }
 
-/// A topic's settings, immutable once created.
+/// A topic's settings. Its name, id and partition count are fixed at creation; retention
+/// and cleanup may be altered (`Shard::alter_topic`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TopicMeta {
     pub name: String,
+    /// Random, never zero, new for every topic created (also one made again under the name of
+    /// a deleted one): the topic's identity, kept in `topic.meta` (Kafka's topic id, a UUID).
+    pub id: u128,
     pub partitions: u32,
     /// `None`: the broker's policy.
     pub fsync: Option<FsyncPolicy>,
@@ -93,6 +97,7 @@ impl TopicMeta {
         };
         Ok(TopicMeta {
             name: name.to_string(),
+            id: 0,
             partitions,
             fsync,
             segment_bytes,
@@ -155,7 +160,8 @@ impl TopicMeta {
     fn encode(&self) -> String {
         let s = self.settings();
         format!(
-            "partitions={}\nfsync={}\nfsync_interval_ms={}\nsegment_bytes={}\nretention_bytes={}\nretention_ms={}\ncleanup={}\n",
+            "id={:032x}\npartitions={}\nfsync={}\nfsync_interval_ms={}\nsegment_bytes={}\nretention_bytes={}\nretention_ms={}\ncleanup={}\n",
+            self.id,
             s.partitions,
             s.fsync,
             s.fsync_interval_ms,
@@ -168,10 +174,12 @@ impl TopicMeta {
 
     fn decode(name: &str, text: &str, defaults: &LogConfig) -> Option<TopicMeta> {
         let mut s = TopicSettings::default();
+        let mut id = 0;
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let (key, value) = line.split_once('=')?;
             let value = value.trim();
             match key.trim() {
+                "id" => id = u128::from_str_radix(value, 16).ok()?,
                 "partitions" => s.partitions = value.parse().ok()?,
                 "fsync" => s.fsync = value.parse().ok()?,
                 "fsync_interval_ms" => s.fsync_interval_ms = value.parse().ok()?,
@@ -182,7 +190,9 @@ impl TopicMeta {
                 _ => {}
             }
         }
-        TopicMeta::from_settings(name, &s, defaults).ok()
+        let mut meta = TopicMeta::from_settings(name, &s, defaults).ok()?;
+        meta.id = id;
+        Some(meta)
     }
 
     /// Writes the metadata file durably (temp file, fsync, rename, fsync directories).
@@ -217,6 +227,13 @@ pub fn load_all(data_dir: &Path, defaults: &LogConfig) -> Result<Vec<TopicMeta>,
             .ok()
             .and_then(|text| TopicMeta::decode(&name, &text, defaults))
         {
+            // Written before topics had ids: given one now, durably, so it stays.
+            Some(mut meta) if meta.id == 0 => {
+                meta.id = new_topic_id()?;
+                meta.persist(data_dir)?;
+                tracing::info!(topic = %meta.name, id = %format_args!("{:032x}", meta.id), "topic given an id");
+                out.push(meta);
+            }
             Some(meta) => out.push(meta),
             None => {
                 tracing::warn!(path = %path.display(), "topic directory without valid metadata; ignored")
@@ -225,6 +242,20 @@ pub fn load_all(data_dir: &Path, defaults: &LogConfig) -> Result<Vec<TopicMeta>,
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+/// A fresh topic id: a random (version 4) UUID from the kernel's generator, never zero.
+pub fn new_topic_id() -> Result<u128, StorageError> {
+    use std::io::Read;
+    let path = Path::new("/dev/urandom");
+    let mut bytes = [0u8; 16];
+    fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| StorageError::io(path, e))?;
+    // Version 4, variant 1 (RFC 9562): as Kafka's own ids look, and never all zero.
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    Ok(u128::from_be_bytes(bytes))
 }
 
 /// Removes a topic's directory: renamed into `<data>/trash/` first (atomic), then deleted,
@@ -312,12 +343,27 @@ mod tests {
             retention_ms: 60_000,
             cleanup: 1,
         };
-        let meta = TopicMeta::from_settings("t", &settings, &defaults).unwrap();
+        let mut meta = TopicMeta::from_settings("t", &settings, &defaults).unwrap();
+        meta.id = new_topic_id().unwrap();
         meta.persist(dir.path()).unwrap();
         assert_eq!(load_all(dir.path(), &defaults).unwrap(), vec![meta.clone()]);
         assert_eq!(meta.settings(), settings);
         remove_topic_dir(dir.path(), "t").unwrap();
         assert!(load_all(dir.path(), &defaults).unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_topic_written_before_ids_gets_one_that_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let defaults = LogConfig::default();
+        let topic = topics_dir(dir.path()).join("old");
+        fs::create_dir_all(&topic).unwrap();
+        fs::write(topic.join(META_FILE), "partitions=2\ncleanup=1\n").unwrap();
+        let first = load_all(dir.path(), &defaults).unwrap();
+        assert_ne!(first[0].id, 0);
+        assert_eq!(first[0].id >> 76 & 0xf, 4, "a version-4 UUID");
+        assert_eq!(load_all(dir.path(), &defaults).unwrap(), first);
+        assert_ne!(new_topic_id().unwrap(), new_topic_id().unwrap());
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! is another topic); such a request creates nothing. A new connection, or a CreateTopic
 //! or DeleteTopic of that name on the same connection, starts afresh.
 //!
-//! A topic is known by its registry entry on this core (`Rc<TopicMeta>`): deleting and
-//! creating a name again makes a new entry, so the old one's pointer no longer matches.
+//! A topic is known by its id (`TopicMeta::id`, new for every topic created): deleting and
+//! creating a name again makes a new id, so the old one no longer matches, while altering a
+//! topic's settings keeps it.
 //!
 //! Kafka connections count more as used (`docs/KAFKA.md`, "Deleting a topic"): a Kafka
 //! client spreads over several connections (bootstrap, one per core, its group
@@ -22,11 +23,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::rc::{Rc, Weak};
 
 use crate::metrics::counters::Metrics;
 use crate::protocol::native::ErrorCode;
-use crate::shard::topics::TopicMeta;
 use crate::shard::{Failure, Shard};
 
 /// Topics one connection remembers at most; past it, new ones are not remembered (such a
@@ -78,10 +77,10 @@ impl DeletedTopics {
     }
 }
 
-/// The topics one connection has used, each as the registry entry it used.
+/// The topics one connection has used, each with the id of the topic it used.
 #[derive(Default)]
 pub struct UsedTopics {
-    topics: RefCell<HashMap<String, Weak<TopicMeta>>>,
+    topics: RefCell<HashMap<String, u128>>,
     /// Kafka connections: the deletion number when the connection opened, and for names
     /// this connection created or deleted itself, the deletion number then. A deletion
     /// after those counts as a use.
@@ -131,9 +130,7 @@ impl UsedTopics {
         let Some(used) = topics.get(name) else {
             return false;
         };
-        !shard
-            .topic(name)
-            .is_some_and(|current| Weak::ptr_eq(used, &Rc::downgrade(&current)))
+        shard.topic(name).is_none_or(|current| current.id != *used)
     }
 
     /// Kafka connections: true if `name` was deleted while this connection was open, after
@@ -165,7 +162,7 @@ impl UsedTopics {
         };
         let mut topics = self.topics.borrow_mut();
         if topics.len() < USED_TOPICS_MAX {
-            topics.insert(meta.name.clone(), Rc::downgrade(&meta));
+            topics.insert(meta.name.clone(), meta.id);
         }
     }
 

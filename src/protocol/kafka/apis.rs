@@ -78,8 +78,10 @@ served_apis! {
     DeleteTopics(DeleteTopicsRequest) = 1..=5,
     InitProducerId(InitProducerIdRequest) = 0..=4,
     DescribeConfigs(DescribeConfigsRequest) = 1..=4,
+    AlterConfigs(AlterConfigsRequest) = 0..=2,
     CreatePartitions(CreatePartitionsRequest) = 0..=3,
     DeleteGroups(DeleteGroupsRequest) = 0..=2,
+    IncrementalAlterConfigs(IncrementalAlterConfigsRequest) = 0..=1,
     OffsetDelete(OffsetDeleteRequest) = 0..=0,
 }
 

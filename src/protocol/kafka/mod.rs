@@ -11,12 +11,14 @@
 //! - [`batch`]: RecordBatch v2 validation and the base-offset rewrite done on produce.
 //! - [`convert`]: a native pagurus batch as one uncompressed RecordBatch v2, for Kafka
 //!   fetches of natively produced data.
+//! - [`timestamps`]: the first record at or after a time inside an uncompressed batch.
 
 pub mod apis;
 pub mod batch;
 pub mod convert;
 pub mod frame;
 pub mod header;
+pub mod timestamps;
 
 pub use apis::{ApiError, KafkaRequest, SERVED};
 pub use frame::FrameError;

@@ -1,17 +1,27 @@
-//! CreateTopics: each topic through the controller, with Kafka's own refusals for what
-//! pagurus does not do (replication factor above 1, explicit replica assignments).
+//! CreateTopics: each topic through the controller, with its configs mapped onto pagurus'
+//! settings (`configs`: a config pagurus does not have is INVALID_CONFIG, never dropped),
+//! and Kafka's own refusals for what pagurus does not do (replication factor above 1,
+//! explicit replica assignments).
 
 use std::rc::Rc;
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
+use tracing::warn;
 
-use super::errors::{self, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_REQUEST};
+use super::configs;
+use super::errors::{
+    self, INVALID_CONFIG, INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, INVALID_REQUEST,
+};
 use super::{Conn, Pending, Reply, respond};
+use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::RequestHeader;
 use crate::protocol::native::TopicSettings;
+use crate::shard::topics::TopicMeta;
 
 pub(super) fn handle(
     conn: &Rc<Conn>,
@@ -29,7 +39,23 @@ pub(super) fn handle(
             // This connection knows the name now, whatever the outcome (`shard::used`).
             conn.used.forget(&conn.shard, name.0.as_bytes());
             results.push(match created {
-                Ok(count) => result.with_num_partitions(count).with_replication_factor(1),
+                Ok(meta) => {
+                    let configs = configs::describe_topic(&meta, &conn.shard.config)
+                        .into_iter()
+                        .map(|e| {
+                            CreatableTopicConfigs::default()
+                                .with_name(StrBytes::from_static_str(e.name))
+                                .with_value(Some(StrBytes::from_string(e.value)))
+                                .with_read_only(e.read_only)
+                                .with_config_source(e.source)
+                        })
+                        .collect();
+                    result
+                        .with_topic_id(uuid_of(meta.id))
+                        .with_num_partitions(meta.partitions as i32)
+                        .with_replication_factor(1)
+                        .with_configs(Some(configs))
+                }
                 Err((code, message)) => result
                     .with_error_code(code)
                     .with_error_message(Some(StrBytes::from_string(message)))
@@ -44,12 +70,18 @@ pub(super) fn handle(
     })
 }
 
-/// Creates one topic; its partition count, or Kafka's code and a message.
+/// A topic id as Kafka's UUID.
+pub(super) fn uuid_of(id: u128) -> uuid::Uuid {
+    uuid::Uuid::from_u128(id)
+}
+
+/// Creates one topic; the topic as created (as it would be, for `validate_only`), or
+/// Kafka's code and a message.
 async fn create(
     conn: &Conn,
     topic: CreatableTopic,
     validate_only: bool,
-) -> Result<i32, (i16, String)> {
+) -> Result<TopicMeta, (i16, String)> {
     if !matches!(topic.replication_factor, -1 | 1) {
         return Err((
             INVALID_REPLICATION_FACTOR,
@@ -74,20 +106,40 @@ async fn create(
     let Ok(count @ 1..) = u32::try_from(partitions) else {
         return Err((INVALID_PARTITIONS, format!("{partitions} partitions")));
     };
-    let settings = TopicSettings {
+    let mut settings = TopicSettings {
         partitions: count,
         ..Default::default()
     };
-    let name = topic.name.0.as_bytes();
+    let name = topic.name.0.as_str();
+    let log = &conn.shard.config.log;
+    let refused = |message: String| {
+        Metrics::inc(&conn.shard.metrics.kafka_configs_refused);
+        warn!(topic = %name, %message, "CreateTopics config refused");
+        (INVALID_CONFIG, message)
+    };
+    // What a topic created with no configs would be: the fixed configs' values.
+    let plain = TopicMeta::from_settings(name, &settings, log).map_err(|(_, m)| refused(m))?;
+    let described = configs::describe_topic(&plain, &conn.shard.config);
+    for config in &topic.configs {
+        let (key, value) = (config.name.as_str(), config.value.as_deref());
+        configs::apply(&mut settings, key, value, true, &described).map_err(refused)?;
+    }
+    // The settings' own checks (segment size range, ...), before anything is created.
+    let planned = TopicMeta::from_settings(name, &settings, log).map_err(|(_, m)| refused(m))?;
     if validate_only {
         conn.shard
-            .valid_name(name, "topic")
+            .valid_name(name.as_bytes(), "topic")
             .map_err(|f| (errors::from_native(f.code), f.message))?;
-        return Ok(partitions);
+        return Ok(planned);
     }
     conn.shard
-        .create_topic(name, &settings)
+        .create_topic(name.as_bytes(), &settings)
         .await
         .map_err(|f| (errors::from_native(f.code), f.message))?;
-    Ok(partitions)
+    conn.shard.topic(name).map(|m| (*m).clone()).ok_or_else(|| {
+        (
+            errors::UNKNOWN_SERVER_ERROR,
+            format!("topic {name} was created but is not known here"),
+        )
+    })
 }

@@ -1,30 +1,103 @@
-//! DescribeConfigs: what admin tools ask at start. Topics answer with their settings under
-//! Kafka's names; brokers with none.
+//! DescribeConfigs: a topic's settings and the broker's under Kafka's names, with values,
+//! sources, read-only flags and types (`configs`).
 
 use std::rc::Rc;
 
-use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult,
+};
 use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+use kafka_protocol::protocol::StrBytes;
+use tracing::debug;
 
+use super::configs::{self, Entry};
+use super::errors::{INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
 
+/// Kafka's resource types.
+pub const RESOURCE_TOPIC: i8 = 2;
+pub const RESOURCE_BROKER: i8 = 4;
+
 pub(super) fn handle(
-    _conn: &Rc<Conn>,
+    conn: &Rc<Conn>,
     header: RequestHeader,
     request: DescribeConfigsRequest,
 ) -> Pending {
+    let docs = request.include_documentation;
     let results = request
         .resources
         .into_iter()
-        .map(|r| {
-            DescribeConfigsResult::default()
-                .with_resource_type(r.resource_type)
-                .with_resource_name(r.resource_name)
-        })
+        .map(|r| describe(conn, r, docs))
         .collect();
     Pending::Ready(Reply::frame(respond(
         &header,
         &DescribeConfigsResponse::default().with_results(results),
     )))
+}
+
+fn describe(conn: &Conn, resource: DescribeConfigsResource, docs: bool) -> DescribeConfigsResult {
+    let result = DescribeConfigsResult::default()
+        .with_resource_type(resource.resource_type)
+        .with_resource_name(resource.resource_name.clone());
+    let entries = match entries(conn, resource.resource_type, &resource.resource_name) {
+        Ok(entries) => entries,
+        Err((code, message)) => {
+            debug!(resource = %resource.resource_name.as_str(), %message, "DescribeConfigs refused");
+            return result
+                .with_error_code(code)
+                .with_error_message(Some(StrBytes::from_string(message)));
+        }
+    };
+    let keys = resource.configuration_keys;
+    let configs = entries
+        .into_iter()
+        .filter(|e| {
+            keys.as_ref()
+                .is_none_or(|keys| keys.iter().any(|k| k.as_str() == e.name))
+        })
+        .map(|e| {
+            DescribeConfigsResourceResult::default()
+                .with_name(StrBytes::from_static_str(e.name))
+                .with_value(Some(StrBytes::from_string(e.value)))
+                .with_read_only(e.read_only)
+                .with_config_source(e.source)
+                .with_config_type(e.config_type)
+                .with_documentation(
+                    (docs && !e.doc.is_empty()).then(|| StrBytes::from_static_str(e.doc)),
+                )
+        })
+        .collect();
+    result.with_configs(configs)
+}
+
+/// The entries of one resource, or Kafka's code and a message.
+pub(super) fn entries(
+    conn: &Conn,
+    resource_type: i8,
+    name: &StrBytes,
+) -> Result<Vec<Entry>, (i16, String)> {
+    let broker = &conn.shard.config;
+    match resource_type {
+        RESOURCE_TOPIC => match conn.shard.topic(name.as_str()) {
+            Some(meta) => Ok(configs::describe_topic(&meta, broker)),
+            None => Err((
+                UNKNOWN_TOPIC_OR_PARTITION,
+                format!("unknown topic {}", name.as_str()),
+            )),
+        },
+        // "" is the cluster-wide default; a node id is one core.
+        RESOURCE_BROKER => match name.as_str() {
+            "" => Ok(configs::describe_broker(broker, conn.shard.core)),
+            id => match id.parse::<usize>() {
+                Ok(node) if node < conn.shard.cores() => Ok(configs::describe_broker(broker, node)),
+                _ => Err((INVALID_REQUEST, format!("no broker {id}"))),
+            },
+        },
+        other => Err((
+            INVALID_REQUEST,
+            format!("resource type {other}: pagurus describes topics (2) and brokers (4)"),
+        )),
+    }
 }

@@ -11,9 +11,7 @@
 //! Fetch sessions (KIP-227) are not kept: the answer's session id is 0, which tells the
 //! client to send full fetches.
 
-use std::fs::File;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::rc::Rc;
 
 use bytes::{BufMut, BytesMut};
@@ -367,7 +365,9 @@ async fn records(conn: &Conn, plan: &SendPlan, budget: &mut u64) -> io::Result<V
         .map(|first| (first, native.next_back().unwrap_or(first)))
         .map(|(first, last)| (u64::from(first.position), last.end_position()));
     let native_bytes = match span {
-        Some((start, end)) => read_range(&file, start, end - start, plan.hot).await?,
+        Some((start, end)) => {
+            crate::server::sendfile::read_range(&file, start, end - start, plan.hot).await?
+        }
         None => Vec::new(),
     };
     let limits = conn.shard.config.log.limits;
@@ -404,26 +404,6 @@ async fn records(conn: &Conn, plan: &SendPlan, budget: &mut u64) -> io::Result<V
         parts.push(Part::Bytes(converted));
     }
     Ok(parts)
-}
-
-/// `length` bytes of a segment from `position`, for conversion. A range of the active
-/// segment (`hot`: in the page cache, a memory copy) is read inline; any other on the
-/// blocking pool, so a cold read never stalls the executor. At most one fetch's bytes
-/// (`FETCH_BYTES_MAX`, or one batch over it).
-async fn read_range(file: &Rc<File>, position: u64, length: u64, hot: bool) -> io::Result<Vec<u8>> {
-    let len = usize::try_from(length).map_err(|_| io::Error::other("read range too large"))?;
-    let read = move |file: &File| {
-        let mut buf = vec![0u8; len];
-        file.read_exact_at(&mut buf, position).map(|()| buf)
-    };
-    if hot {
-        return read(file.as_ref());
-    }
-    // A descriptor of its own for the job, which runs on even if this future is dropped.
-    let file = file.try_clone()?;
-    glommio::executor()
-        .spawn_blocking(move || read(&file))
-        .await
 }
 
 fn put_len(out: &mut BytesMut, len: usize, flexible: bool) {

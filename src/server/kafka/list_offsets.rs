@@ -1,5 +1,5 @@
-//! ListOffsets: earliest (-2), latest (-1) or the first offset at or after a timestamp
-//! (ms), each from the partition's owner.
+//! ListOffsets: earliest (-2), latest (-1) or the first record at or after a timestamp
+//! (ms, `server::time_seek`), each from the partition's owner.
 
 use std::rc::Rc;
 
@@ -75,8 +75,7 @@ async fn list(conn: &Conn, topic: &str, index: i32, timestamp: i64) -> Result<i6
         // -3 (max timestamp) and below: not served.
         _ => return Err(errors::UNSUPPORTED_FOR_MESSAGE_FORMAT),
     };
-    let offset = shard
-        .list_offsets(topic.as_bytes(), partition, spec)
+    let offset = crate::server::time_seek::list_offsets(shard, topic.as_bytes(), partition, spec)
         .await
         .map_err(|f| errors::from_native(f.code))?;
     Ok(i64::try_from(offset).unwrap_or(i64::MAX))

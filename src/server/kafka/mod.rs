@@ -34,7 +34,9 @@ use crate::server::io::{RequestDeadline, flush, next_answer, read_some};
 use crate::shard::Shard;
 use crate::shard::used::UsedTopics;
 
+mod alter_configs;
 mod api_versions;
+mod configs;
 mod create_partitions;
 mod create_topics;
 mod delete_topics;
@@ -282,6 +284,10 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Pending {
         KafkaRequest::DeleteTopics(r) => delete_topics::handle(conn, header, r),
         KafkaRequest::CreatePartitions(r) => create_partitions::handle(conn, header, r),
         KafkaRequest::DescribeConfigs(r) => describe_configs::handle(conn, header, r),
+        KafkaRequest::AlterConfigs(r) => alter_configs::handle_legacy(conn, header, r),
+        KafkaRequest::IncrementalAlterConfigs(r) => {
+            alter_configs::handle_incremental(conn, header, r)
+        }
         KafkaRequest::InitProducerId(r) => init_producer_id::handle(conn, header, r),
         group => groups::handle(conn, header, group),
     }

@@ -21,7 +21,8 @@ pub(super) fn list(
         // A consumer that read a topic deleted since (a group member placing itself after
         // a rebalance) is told so, as its fetches are, not just "unknown topic".
         used.check(&shard, &topic)?;
-        let offset = shard.list_offsets(&topic, partition, spec).await?;
+        let offset =
+            crate::server::time_seek::list_offsets(&shard, &topic, partition, spec).await?;
         let mut out = Vec::new();
         native::encode_offset_response(&mut out, tag.1, offset);
         Ok(out)

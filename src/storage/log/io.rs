@@ -517,15 +517,16 @@ impl PartitionLog {
             .map_err(|e| StorageError::io(&self.dir, e.into()))
     }
 
-    /// Closes the active segment if it holds data and is older than `segment_age`, so that
-    /// retention can delete it even when the partition receives little.
-    pub async fn roll_if_aged(self: &Rc<Self>) {
+    /// Closes the active segment if it holds data and is older than `age` (the topic's
+    /// current segment age: its retention may have been altered since the log opened), so
+    /// that retention can delete it even when the partition receives little.
+    pub async fn roll_if_aged(self: &Rc<Self>, age: std::time::Duration) {
         let aged = {
             let mut st = self.state.borrow_mut();
             let active = st.segments.active();
             let aged = st.check_open().is_ok()
                 && active.size_bytes > 0
-                && active.opened_at.elapsed() >= self.config.segment_age;
+                && active.opened_at.elapsed() >= age.min(self.config.segment_age);
             aged && st.request_roll()
         };
         while aged && self.state.borrow().is_rolling() {
