@@ -33,7 +33,8 @@ pub struct ProduceArgs {
     #[arg(long, conflicts_with = "key_separator")]
     pub key: Option<String>,
     /// Read each line as KEY<SEP>VALUE (split at the first SEP); a line without SEP has an
-    /// empty key. A batch has one key, so records are batched per key.
+    /// empty key. A batch has one key, so a change of key on a partition starts a new
+    /// batch; each partition keeps the input order.
     #[arg(long, value_name = "SEP", conflicts_with = "count")]
     pub key_separator: Option<String>,
     /// Generate this many records instead of reading lines from stdin.
@@ -65,8 +66,8 @@ pub struct ProduceArgs {
     pub reconnect: ReconnectArgs,
 }
 
-/// Open batches at most (one per key and partition): past it, all are sent, so a stream of
-/// distinct keys cannot make the producer hold an unbounded number of batches.
+/// Open batches at most (one per partition): past it, all are sent, so a topic with very
+/// many partitions cannot make the producer hold an unbounded number of batches.
 const OPEN_BATCHES_MAX: usize = 1024;
 
 /// Records acknowledged so far, for the line a Ctrl-C'd run writes.
