@@ -291,6 +291,41 @@ fn reset_offsets_and_delete() {
 }
 
 #[test]
+fn a_member_stopped_by_a_signal_leaves_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    ok(&broker, &["topics", "create", "t", "--partitions", "2"]);
+    let all = produce_round(&broker, "t", 2, 1);
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        // A session far longer than the waits below: only a leave empties the group.
+        let mut member = Member::start_with_session(&broker, "t", "g", 60_000);
+        eventually(20, "the member reads everything", || member.seen() == all);
+        assert_eq!(members(&broker, "g"), vec![2]);
+        let stopped = Instant::now();
+        let status = member.stop_with(signal);
+        assert!(status.success(), "{signal}: exit {status}");
+        assert!(
+            ok(&broker, &["groups", "describe", "g"]).starts_with("group g: Empty"),
+            "{signal}: the member left"
+        );
+        assert!(stopped.elapsed() < Duration::from_secs(5), "{signal}");
+        // What it printed was committed, and the group's offsets can be moved now.
+        ok(
+            &broker,
+            &[
+                "groups",
+                "reset-offsets",
+                "g",
+                "--topic",
+                "t",
+                "--to",
+                "earliest",
+            ],
+        );
+    }
+}
+
+#[test]
 fn reset_offsets_outside_the_log_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
