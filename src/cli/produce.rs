@@ -5,8 +5,11 @@
 //! A lost connection (the broker stopped or restarted) is re-established for up to
 //! `--reconnect-ms`; the batches that were in flight then are sent again, because the
 //! broker may or may not have stored them: delivery is at least once, and such a batch can
-//! be stored twice. Nothing read is dropped silently: a failure says how many records were
-//! acknowledged and how many were in doubt.
+//! be stored twice. A broker in a clean stop answers `ShuttingDown` to a batch it did not
+//! store; the producer then collects the answers to the batches sent after it (a stopping
+//! broker answers every request it read), and sends again only the refused and unanswered
+//! ones on a new connection, so a clean stop stores nothing twice. Nothing read is dropped
+//! silently: a failure says how many records were acknowledged and how many were in doubt.
 
 use std::collections::VecDeque;
 use std::io::BufRead;
@@ -15,7 +18,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::cli::{BrokerArgs, ReconnectArgs, connection_lost, describe, on_interrupt, reconnect};
+use crate::cli::{
+    BrokerArgs, ReconnectArgs, broker_stopping, connection_lost, describe, on_interrupt,
+    reconnect,
+};
 use crate::client::ClientError;
 use crate::client::blocking::Client;
 use crate::client::produce::{Accumulator, BatchLimits, ProduceFrame};
@@ -100,6 +106,8 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
         acked_records: 0,
         acked_batches: 0,
         resent_batches: 0,
+        refused_batches: 0,
+        retried_batches: 0,
         partitions_written: std::collections::BTreeSet::new(),
         offsets: None,
     };
@@ -133,14 +141,19 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
         _ => String::from("*"),
     };
     let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    let resent = if producer.resent_batches > 0 {
-        format!(
+    let mut resent = String::new();
+    if producer.retried_batches > 0 {
+        resent.push_str(&format!(
+            "; {} not stored by the stopping broker sent again",
+            plural(producer.retried_batches, "batch", "batches")
+        ));
+    }
+    if producer.resent_batches > 0 {
+        resent.push_str(&format!(
             "; {} re-sent after reconnecting (may be stored twice)",
             plural(producer.resent_batches, "batch", "batches")
-        )
-    } else {
-        String::new()
-    };
+        ));
+    }
     eprintln!(
         "produced {} in {} to {}/{partition}: {offsets}, {:.3} s, {rate:.0} records/s{resent}",
         plural(producer.acked_records, "record", "records"),
@@ -275,7 +288,12 @@ struct Producer<'a> {
     pending: VecDeque<(u32, ProduceFrame)>,
     acked_records: u64,
     acked_batches: u64,
+    /// Batches sent again after a lost connection: they may be stored twice.
     resent_batches: u64,
+    /// Oldest batches in flight known refused (`ShuttingDown`), not yet sent again.
+    refused_batches: u64,
+    /// Batches sent again after a `ShuttingDown`: stored once.
+    retried_batches: u64,
     partitions_written: std::collections::BTreeSet<u32>,
     /// First and last offset acknowledged (meaningful for one partition).
     offsets: Option<(u64, u64)>,
@@ -340,11 +358,41 @@ impl Producer<'_> {
             };
             match self.client.expect(*correlation_id) {
                 Ok(()) => break,
+                Err(e) if broker_stopping(&e) => {
+                    self.settle_refused()?;
+                    self.reconnect(&e)?;
+                }
                 Err(e) if connection_lost(&e) => self.reconnect(&e)?,
                 Err(e) => return Err(describe(&e)),
             }
         }
         let (_, frame) = self.pending.pop_front().expect("checked above");
+        self.acknowledged(frame)
+    }
+
+    /// After the oldest batch in flight was refused with `ShuttingDown`: reads the answers
+    /// to the batches sent after it, keeping those refused too or left unanswered when the
+    /// broker closes the connection, so only they are sent again. A batch that was stored
+    /// must not be: it would be stored twice.
+    fn settle_refused(&mut self) -> Result<(), String> {
+        let mut at = 1;
+        while at < self.pending.len() {
+            match self.client.expect(self.pending[at].0) {
+                Ok(()) => {
+                    let (_, frame) = self.pending.remove(at).expect("in range");
+                    self.acknowledged(frame)?;
+                }
+                Err(e) if broker_stopping(&e) => at += 1,
+                Err(e) if connection_lost(&e) => break,
+                Err(e) => return Err(describe(&e)),
+            }
+        }
+        self.refused_batches += self.pending.len() as u64;
+        Ok(())
+    }
+
+    /// Counts a batch the broker acknowledged (its answer is the client's last reply).
+    fn acknowledged(&mut self, frame: ProduceFrame) -> Result<(), String> {
         let (base, next) = self.client.reply().produced().map_err(|e| describe(&e))?;
         let last = next.saturating_sub(1);
         self.offsets = Some(match self.offsets {
@@ -385,8 +433,12 @@ impl Producer<'_> {
     fn resend(&mut self) -> Result<(), ClientError> {
         for (correlation_id, frame) in self.pending.iter_mut() {
             *correlation_id = self.client.send_frame(frame, 0)?;
-            self.resent_batches += 1;
         }
+        // Those known refused were not stored; the others may have been.
+        let sent = self.pending.len() as u64;
+        let refused = std::mem::take(&mut self.refused_batches).min(sent);
+        self.resent_batches += sent - refused;
+        self.retried_batches += refused;
         Ok(())
     }
 
