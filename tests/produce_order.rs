@@ -150,6 +150,7 @@ fn the_client_producer_keeps_the_order_of_per_record_keys() {
             },
             in_flight: 4,
             shard_aware: true,
+            retry_for: Duration::from_secs(30),
         };
         let producer = Producer::connect(addr, config).await.unwrap();
         for (key, value) in &sent {
