@@ -303,7 +303,11 @@ fn a_member_stopped_by_a_signal_leaves_at_once() {
         assert_eq!(members(&broker, "g"), vec![2]);
         let stopped = Instant::now();
         let status = member.stop_with(signal);
-        assert!(status.success(), "{signal}: exit {status}");
+        assert_eq!(
+            status.code(),
+            Some(128 + signal as i32),
+            "{signal}: exit {status}"
+        );
         assert!(
             ok(&broker, &["groups", "describe", "g"]).starts_with("group g: Empty"),
             "{signal}: the member left"

@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::cli::consume::{ConsumeArgs, Position, Stop, output_error, write_batch};
@@ -36,7 +36,7 @@ pub fn run(args: &ConsumeArgs, group: &str) -> Result<(), String> {
     let mut config = GroupConfig::new(group, &[args.topic.as_str()]);
     config.client_id = String::from("pagurus-consume");
     config.session_timeout = Duration::from_millis(args.session_timeout_ms.into());
-    let stop = stop_on_signals()?;
+    let (stop, signal) = stop_on_signals()?;
     let mut member = Member {
         consumer: GroupConsumer::new(client, config, reset, args.target.timeout() + wait),
         args,
@@ -46,11 +46,22 @@ pub fn run(args: &ConsumeArgs, group: &str) -> Result<(), String> {
     };
     member.consumer.set_max_bytes(args.max_bytes);
     let outcome = member.consume(wait);
-    let Member { consumer, .. } = member;
+    let Member {
+        consumer, printed, ..
+    } = member;
     // Commit what was printed and leave, so the others take the partitions at once.
     let closed = consumer
         .close()
         .map_err(|e| format!("leaving group {group}: {}", describe(&e)));
+    let signal = signal.load(Ordering::Relaxed);
+    if signal != 0 && outcome.is_ok() {
+        closed?;
+        // As a shell reports a process killed by the signal, like an interrupted produce.
+        eprintln!(
+            "pagurus: interrupted: left group {group}; {printed} records printed, and committed"
+        );
+        std::process::exit(128 + signal as i32);
+    }
     match outcome {
         Err(Stop::OutputClosed) => Ok(()),
         Err(Stop::Failed(e)) => Err(e),
@@ -62,17 +73,22 @@ pub fn run(args: &ConsumeArgs, group: &str) -> Result<(), String> {
 /// current poll, commits and leaves the group: without that it would stay in the group
 /// until its session timed out, holding its partitions from the others and keeping
 /// `groups reset-offsets` and `groups delete` refused. A second signal ends the process at
-/// once (exit status 1), for a member stuck on an unresponsive broker.
-fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
+/// once (exit status 1), for a member stuck on an unresponsive broker. Also returns which
+/// signal came (0 for none).
+fn stop_on_signals() -> Result<(Arc<AtomicBool>, Arc<AtomicUsize>), String> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let stop = Arc::new(AtomicBool::new(false));
+    let which = Arc::new(AtomicUsize::new(0));
     for signal in [SIGINT, SIGTERM] {
         // Registered first, so it sees the flag as the first signal left it.
         signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))
             .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&stop)))
+            .and_then(|_| {
+                signal_hook::flag::register_usize(signal, Arc::clone(&which), signal as usize)
+            })
             .map_err(|e| format!("handling signal {signal}: {e}"))?;
     }
-    Ok(stop)
+    Ok((stop, which))
 }
 
 struct Member<'a, W: Write> {

@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 
 use crate::cli::{
-    BrokerArgs, ReconnectArgs, broker_stopping, connection_lost, describe, on_interrupt,
-    reconnect,
+    BrokerArgs, ReconnectArgs, broker_stopping, connection_lost, describe, on_interrupt, reconnect,
 };
 use crate::client::ClientError;
 use crate::client::blocking::Client;
