@@ -267,6 +267,7 @@ fn a_producer_survives_a_clean_stop_without_duplicates() {
         "{stderr}"
     );
     assert!(!stderr.contains("may be stored twice"), "{stderr}");
+    assert!(!stderr.contains("I/O error: broker answered"), "{stderr}");
 
     // Every record once: none lost, none stored twice.
     let out = pagurus(&[

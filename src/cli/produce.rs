@@ -409,21 +409,17 @@ impl Producer<'_> {
     /// A new connection, on which every batch in flight is sent again (the broker may or
     /// may not have stored it before the connection was lost).
     fn reconnect(&mut self, why: &ClientError) -> Result<(), String> {
-        let mut why = describe(why);
+        let (target, retry) = (&self.args.target, &self.args.reconnect);
+        // The error itself goes to `reconnect`, so its message names what happened (a
+        // reset, `ShuttingDown`) without an "I/O error" wrapped around it.
+        let mut client = reconnect(target, retry, Duration::ZERO, why)?;
         loop {
-            let lost = ClientError::Io(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                why.clone(),
-            ));
-            self.client = reconnect(
-                &self.args.target,
-                &self.args.reconnect,
-                Duration::ZERO,
-                &lost,
-            )?;
+            self.client = client;
             match self.resend() {
                 Ok(()) => return Ok(()),
-                Err(e) if connection_lost(&e) => why = describe(&e),
+                Err(e) if connection_lost(&e) => {
+                    client = reconnect(target, retry, Duration::ZERO, &e)?;
+                }
                 Err(e) => return Err(describe(&e)),
             }
         }
