@@ -340,14 +340,23 @@ fn connect(broker: &str, timeout: Duration, read_timeout: Duration) -> Result<Cl
     Ok(client)
 }
 
-/// Whether an error means the connection is gone (the broker stopped or restarted), so a
-/// new connection may succeed; a broker's answer or a timeout is not.
+/// Whether an error means the connection is gone or going (the broker stopped, restarted
+/// or is stopping), so a new connection may succeed; another answer of the broker, or a
+/// timeout, is not.
 fn connection_lost(e: &ClientError) -> bool {
     use std::io::ErrorKind::*;
-    matches!(e, ClientError::Io(io) if matches!(
-        io.kind(),
-        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | ConnectionRefused | NotConnected
-    ))
+    broker_stopping(e)
+        || matches!(e, ClientError::Io(io) if matches!(
+            io.kind(),
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | ConnectionRefused | NotConnected
+        ))
+}
+
+/// `ShuttingDown`: a broker in a clean stop refused the request (it closed the partition,
+/// or the core that owns it stopped) and stored nothing of it; it closes the connection
+/// once it has answered what it read.
+fn broker_stopping(e: &ClientError) -> bool {
+    e.code() == Some(crate::protocol::native::ErrorCode::ShuttingDown)
 }
 
 /// How long `produce` and `consume` keep trying to reconnect after losing the broker.
