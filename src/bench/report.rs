@@ -124,6 +124,7 @@ impl Report {
             consume: Side::merge(consumers, shared.consumed.load(Ordering::Relaxed)),
             config: json!({
                 "broker": shared.broker.to_string(),
+                "protocol": args.protocol.name(),
                 "producers": args.producers,
                 "consumers": args.consumers,
                 "topics": args.topics,
@@ -210,6 +211,12 @@ impl Report {
                 args.warmup
             );
         }
+        let _ = writeln!(
+            out,
+            "protocol {} (client {})",
+            args.protocol.name(),
+            format!("{:?}", args.client).to_lowercase()
+        );
         line(&mut out, "produce", &self.produce);
         line(&mut out, "consume", &self.consume);
         let _ = writeln!(
