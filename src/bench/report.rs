@@ -204,6 +204,12 @@ impl Report {
                 side.messages_total
             );
         };
+        let _ = writeln!(
+            out,
+            "protocol {} (client {})",
+            args.protocol.name(),
+            format!("{:?}", args.client).to_lowercase()
+        );
         if args.warmup > 0.0 {
             let _ = writeln!(
                 out,
@@ -211,12 +217,6 @@ impl Report {
                 args.warmup
             );
         }
-        let _ = writeln!(
-            out,
-            "protocol {} (client {})",
-            args.protocol.name(),
-            format!("{:?}", args.client).to_lowercase()
-        );
         line(&mut out, "produce", &self.produce);
         line(&mut out, "consume", &self.consume);
         let _ = writeln!(
