@@ -172,3 +172,138 @@ fn the_live_line_fits_the_terminal_and_keeps_the_consume_rate() {
         assert!(line.chars().count() < 160, "{line:?}");
     }
 }
+
+/// `--protocol kafka` produces and consumes through the Kafka API, and the broker stores what
+/// it produced as Kafka RecordBatches: read back with the native client, every batch is one,
+/// and together they hold every record, each partition its producer's share.
+#[test]
+fn kafka_protocol_produces_and_consumes_record_batches() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    let out = pagurus(&broker)
+        .args([
+            "bench",
+            "--protocol",
+            "kafka",
+            "--producers",
+            "2",
+            "--partitions",
+            "2",
+            "--size",
+            "100",
+            "--batch",
+            "100",
+            "--count",
+            "5000",
+            "--warmup",
+            "0",
+            "--topic-prefix",
+            "kafka-bench",
+            "--keep-topics",
+            "--json",
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["config"]["protocol"], "kafka", "{report}");
+    assert_eq!(report["produce"]["messages_total"], 5000, "{report}");
+    assert_eq!(report["consume"]["messages_total"], 5000, "{report}");
+    assert_eq!(report["consume"]["payload_bytes"], 5000 * 100, "{report}");
+
+    let mut client = broker.client();
+    for partition in 0..2 {
+        let (mut offset, mut records, mut batches) = (0u64, 0u64, 0u64);
+        loop {
+            let fetched = client
+                .fetch_batches("kafka-bench-0", partition, offset, 1 << 20, Duration::ZERO)
+                .unwrap();
+            if fetched.is_empty() {
+                break;
+            }
+            for batch in fetched.iter() {
+                assert_eq!(
+                    batch.format(),
+                    pagurus::protocol::record::BatchFormat::Kafka,
+                    "partition {partition}, offset {offset}: not a RecordBatch"
+                );
+                let kafka = batch.kafka_records().unwrap();
+                assert_eq!(kafka.len() as u64, batch.header.records());
+                assert!(
+                    kafka
+                        .iter()
+                        .all(|r| r.value.as_ref().map(|v| v.len()) == Some(100))
+                );
+                records += batch.header.records();
+                batches += 1;
+                offset = batch.next_offset();
+            }
+        }
+        assert_eq!(records, 2500, "partition {partition}");
+        assert_eq!(
+            batches, 25,
+            "partition {partition}: batches of --batch records"
+        );
+    }
+
+    // The text report says which protocol ran.
+    let text = pagurus(&broker)
+        .args([
+            "bench",
+            "--protocol",
+            "kafka",
+            "--producers",
+            "1",
+            "--count",
+            "200",
+            "--warmup",
+            "0",
+            "--quiet",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
+    assert!(
+        stdout.starts_with("protocol kafka (client glommio)"),
+        "{stdout}"
+    );
+}
+
+/// A protocol the bench does not speak is refused by name, with the ones it does; and Kafka
+/// on the blocking client, which has no Kafka workers, is refused before anything runs.
+#[test]
+fn an_unknown_protocol_is_refused() {
+    let out = Command::new(env!("CARGO_BIN_EXE_pagurus"))
+        .args(["bench", "--protocol", "amqp", "--count", "10"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("invalid value 'amqp' for '--protocol <PROTOCOL>'"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("native") && stderr.contains("kafka"),
+        "{stderr}"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_pagurus"))
+        .args(["bench", "--protocol", "kafka", "--client", "blocking"])
+        .args(["--broker", "127.0.0.1:1", "--count", "10"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--protocol kafka runs on the glommio client"),
+        "{stderr}"
+    );
+}

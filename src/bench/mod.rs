@@ -15,9 +15,11 @@
 //! - [`report`]: percentiles, `.hgrm` files, the SVG chart, JSON.
 //! - [`broker_share`]: the broker's own share of the ack, from its metrics.
 //! - [`machine`]: the machine's CPU time over the window, steal above all.
+//! - [`kafka`]: the same load spoken in Kafka (`--protocol kafka`).
 
 mod broker_share;
 mod glommio;
+mod kafka;
 mod machine;
 mod progress;
 pub mod report;
@@ -50,8 +52,33 @@ pub enum ClientKind {
     Blocking,
 }
 
+/// Which protocol the bench speaks to the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    // Plain comments, as for `ClientKind`.
+    // pagurus' native protocol.
+    Native,
+    // Kafka: idempotent producers (acks=all) and Fetch consumers, on each partition's leader.
+    Kafka,
+}
+
+impl Protocol {
+    /// Its name on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Native => "native",
+            Protocol::Kafka => "kafka",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
+    /// Protocol spoken to the broker: native, or kafka (idempotent producers with
+    /// acks=all, one RecordBatch per batch, consumers fetching from each partition's
+    /// leader; glommio client only). Topics are set up with the native protocol either way.
+    #[arg(long, value_enum, default_value = "native")]
+    pub protocol: Protocol,
     /// Producers, each on its own connection.
     #[arg(long, default_value_t = 4)]
     pub producers: usize,
@@ -259,20 +286,27 @@ pub fn run(mut args: BenchArgs) -> Result<(), String> {
     if args.batch == 0 || args.in_flight == 0 {
         return Err("--batch and --in-flight must be at least 1".into());
     }
+    if args.protocol == Protocol::Kafka && args.client == ClientKind::Blocking {
+        return Err("--protocol kafka runs on the glommio client (--client glommio)".into());
+    }
     let broker = resolve(&args.target)?;
     let mut admin = args.target.connect(Duration::ZERO)?;
     let created = prepare_topics(&mut admin, &args)?;
     let metadata = admin.metadata(&[]).map_err(|e| e.to_string())?;
     let routes = Routes::new(broker, &metadata);
-    let route = |topic: &str, partition: u32| {
-        if args.shard_aware {
-            routes.address(topic, partition)
-        } else {
-            broker
-        }
+    let used = used_partitions(&args);
+    // Kafka workers connect to each partition's leader as Kafka's Metadata names it.
+    let leaders = match args.protocol {
+        Protocol::Kafka if args.shard_aware => kafka::leaders(broker, args.target.timeout(), &used)
+            .map_err(|e| format!("kafka metadata from {broker}: {e}"))?,
+        _ => Default::default(),
+    };
+    let route = |topic: &str, partition: u32| match leaders.get(&(topic.to_string(), partition)) {
+        Some(leader) => *leader,
+        None if args.shard_aware => routes.address(topic, partition),
+        None => broker,
     };
 
-    let used = used_partitions(&args);
     let mut consumer_starts = Vec::new();
     for (topic, partition) in &used {
         let spec = if args.from == "earliest" {

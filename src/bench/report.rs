@@ -124,6 +124,7 @@ impl Report {
             consume: Side::merge(consumers, shared.consumed.load(Ordering::Relaxed)),
             config: json!({
                 "broker": shared.broker.to_string(),
+                "protocol": args.protocol.name(),
                 "producers": args.producers,
                 "consumers": args.consumers,
                 "topics": args.topics,
@@ -203,6 +204,12 @@ impl Report {
                 side.messages_total
             );
         };
+        let _ = writeln!(
+            out,
+            "protocol {} (client {})",
+            args.protocol.name(),
+            format!("{:?}", args.client).to_lowercase()
+        );
         if args.warmup > 0.0 {
             let _ = writeln!(
                 out,
