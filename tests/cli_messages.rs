@@ -96,8 +96,8 @@ fn a_missing_topic_reads_the_same_from_every_subcommand() {
 }
 
 /// A proxy to `broker` for one connection that, after `bytes` from the client, stops
-/// reading and closes with the client's data unread (a reset, as a broker that crashes
-/// mid-request gives), and listens no more.
+/// relaying and closes with a reset (as a broker that crashes mid-request gives), and
+/// listens no more.
 fn resetting_proxy(broker: std::net::SocketAddr, bytes: usize) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -140,8 +140,17 @@ fn resetting_proxy(broker: std::net::SocketAddr, bytes: usize) -> std::net::Sock
         }
         stop.store(true, Ordering::Release);
         back.join().unwrap();
-        // The producer keeps sending: wait for some unread bytes, so the close resets.
-        std::thread::sleep(Duration::from_millis(100));
+        // Linger 0: the close sends a reset whether or not bytes wait unread (a producer
+        // waiting for its acks sends none, and a plain close would then be a clean FIN).
+        nix::sys::socket::setsockopt(
+            &from,
+            nix::sys::socket::sockopt::Linger,
+            &nix::libc::linger {
+                l_onoff: 1,
+                l_linger: 0,
+            },
+        )
+        .unwrap();
         drop(from);
     });
     addr
