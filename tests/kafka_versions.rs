@@ -215,3 +215,58 @@ fn topic_ids_are_real_stable_and_new_for_each_topic() {
     let response = metadata(&mut conn, 12, vec![by_name("ids")]);
     assert_eq!(response.topics[0].topic_id, again);
 }
+
+#[test]
+fn fetch_names_topics_by_id_from_v13() {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::records::RecordBatchDecoder;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), CORES, &[]);
+    let mut conn = Conn::connect(broker.addr);
+    let id = create(&mut conn, "by-id");
+    let mut client = broker.client();
+    for partition in 0..2 {
+        let payload = format!("p{partition}");
+        let batch = pagurus::protocol::record::encode_batch(1, b"", payload.as_bytes(), 1);
+        client.produce("by-id", partition, &[batch]).unwrap();
+    }
+    for version in 13..=17 {
+        let partitions = (0..2)
+            .map(|p| {
+                FetchPartition::default()
+                    .with_partition(p)
+                    .with_fetch_offset(0)
+                    .with_partition_max_bytes(1 << 20)
+            })
+            .collect();
+        let topics = vec![
+            FetchTopic::default()
+                .with_topic_id(id)
+                .with_partitions(partitions),
+            FetchTopic::default()
+                .with_topic_id(Uuid::from_u128(7))
+                .with_partitions(vec![FetchPartition::default().with_partition(0)]),
+        ];
+        let request = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_max_bytes(1 << 20)
+            .with_topics(topics);
+        let mut body = conn.call(ApiKey::Fetch, version, &request);
+        let response = FetchResponse::decode(&mut body, version).unwrap();
+        assert_eq!(response.responses.len(), 2, "v{version}");
+        let known = &response.responses[0];
+        assert_eq!(known.topic_id, id);
+        for (p, data) in known.partitions.iter().enumerate() {
+            assert_eq!(data.error_code, 0, "v{version} {data:?}");
+            assert_eq!(data.high_watermark, 1);
+            let mut records = data.records.clone().unwrap();
+            let set = RecordBatchDecoder::decode(&mut records).unwrap();
+            let value = set.records[0].value.clone().unwrap();
+            assert_eq!(&value[..], format!("p{p}").as_bytes());
+        }
+        let unknown = &response.responses[1];
+        assert_eq!(unknown.topic_id, Uuid::from_u128(7));
+        assert_eq!(unknown.partitions[0].error_code, 100, "UNKNOWN_TOPIC_ID");
+    }
+}

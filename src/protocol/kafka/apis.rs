@@ -7,7 +7,7 @@
 //! ends at the newest version whose meaning pagurus implements; every range holds the version
 //! that librdkafka 2.0.2 (Debian's kcat), current librdkafka (confluent-kafka), the Java
 //! client 3.x/4.x and kafka-python negotiate. Above a range a field would mean something
-//! pagurus does not do (Fetch v13+ names topics by id, Produce v10+ carries leader hints, ...).
+//! pagurus does not do (Produce v13+ names topics by id, ...).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
@@ -61,7 +61,7 @@ macro_rules! served_apis {
 
 served_apis! {
     Produce(ProduceRequest) = 3..=9,
-    Fetch(FetchRequest) = 4..=12,
+    Fetch(FetchRequest) = 4..=17,
     ListOffsets(ListOffsetsRequest) = 1..=7,
     Metadata(MetadataRequest) = 0..=13,
     OffsetCommit(OffsetCommitRequest) = 2..=8,
