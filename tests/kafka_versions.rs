@@ -270,3 +270,101 @@ fn fetch_names_topics_by_id_from_v13() {
         assert_eq!(unknown.partitions[0].error_code, 100, "UNKNOWN_TOPIC_ID");
     }
 }
+
+#[test]
+fn the_other_new_versions_answer_through_the_crate() {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 1, &[]);
+    let mut conn = Conn::connect(broker.addr);
+    create(&mut conn, "v");
+
+    let mut body = conn.call(ApiKey::ApiVersions, 4, &ApiVersionsRequest::default());
+    let response = ApiVersionsResponse::decode(&mut body, 4).unwrap();
+    assert_eq!(response.error_code, 0);
+    assert!(response.api_keys.len() >= 20);
+
+    // Produce v12: one uncompressed batch of one record.
+    let record = kafka_protocol::records::Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset: 0,
+        sequence: 0,
+        timestamp: 1,
+        key: None,
+        value: Some(bytes::Bytes::from_static(b"twelve")),
+        headers: Default::default(),
+    };
+    let mut records = bytes::BytesMut::new();
+    let options = kafka_protocol::records::RecordEncodeOptions {
+        version: 2,
+        compression: kafka_protocol::records::Compression::None,
+    };
+    kafka_protocol::records::RecordBatchEncoder::encode(&mut records, [&record], &options).unwrap();
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(10_000)
+        .with_topic_data(vec![
+            TopicProduceData::default()
+                .with_name(name("v"))
+                .with_partition_data(vec![
+                    PartitionProduceData::default()
+                        .with_index(0)
+                        .with_records(Some(records.freeze())),
+                ]),
+        ]);
+    let mut body = conn.call(ApiKey::Produce, 12, &request);
+    let response = ProduceResponse::decode(&mut body, 12).unwrap();
+    let answer = &response.responses[0].partition_responses[0];
+    assert_eq!((answer.error_code, answer.base_offset), (0, 0));
+
+    // OffsetCommit v9, from outside the group.
+    let request = OffsetCommitRequest::default()
+        .with_group_id(StrBytes::from_static_str("g9").into())
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(name("v"))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default().with_committed_offset(1),
+                ]),
+        ]);
+    let mut body = conn.call(ApiKey::OffsetCommit, 9, &request);
+    let response = OffsetCommitResponse::decode(&mut body, 9).unwrap();
+    assert_eq!(response.topics[0].partitions[0].error_code, 0);
+
+    // ListGroups v5: every group is classic.
+    for (types, listed) in [(vec![], 1), (vec!["classic"], 1), (vec!["consumer"], 0)] {
+        let request = ListGroupsRequest::default()
+            .with_types_filter(types.into_iter().map(StrBytes::from_static_str).collect());
+        let mut body = conn.call(ApiKey::ListGroups, 5, &request);
+        let response = ListGroupsResponse::decode(&mut body, 5).unwrap();
+        assert_eq!(response.groups.len(), listed, "{response:?}");
+        if let Some(group) = response.groups.first() {
+            assert_eq!(group.group_type.as_str(), "classic");
+        }
+    }
+
+    // DescribeGroups v6.
+    let request =
+        DescribeGroupsRequest::default().with_groups(vec![StrBytes::from_static_str("g9").into()]);
+    let mut body = conn.call(ApiKey::DescribeGroups, 6, &request);
+    let response = DescribeGroupsResponse::decode(&mut body, 6).unwrap();
+    assert_eq!(response.groups[0].group_state.as_str(), "Empty");
+
+    // InitProducerId v5.
+    let request = InitProducerIdRequest::default()
+        .with_transactional_id(None)
+        .with_transaction_timeout_ms(60_000)
+        .with_producer_id(ProducerId(-1))
+        .with_producer_epoch(-1);
+    let mut body = conn.call(ApiKey::InitProducerId, 5, &request);
+    let response = InitProducerIdResponse::decode(&mut body, 5).unwrap();
+    assert_eq!(response.error_code, 0);
+    assert!(response.producer_id.0 > 0);
+}
