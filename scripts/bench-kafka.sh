@@ -15,6 +15,9 @@
 # (pip install confluent-kafka); p99 is from send() to the delivery report. The native side
 # is `pagurus bench` (glommio client, 4 producers, batches of 100, up to 8 in flight each),
 # then a catch-up read of the same topic; its p99 is its produce-acknowledgement latency.
+# `pagurus bench --protocol kafka` runs the same two steps speaking Kafka (idempotent
+# producers, acks=all, one RecordBatch per batch of 100): the Kafka path's cost beside the
+# native one, from one tool.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-3}
@@ -49,6 +52,7 @@ echo "workload: $COUNT x $SIZE B, $PARTITIONS partitions, acks=all, fsync=always
 kafka=()
 kcat_rows=()
 native=()
+bench_kafka=()
 # kcat's input: COUNT lines of SIZE bytes each (the newline is the separator, not payload).
 python3 -c 'import sys; sys.stdout.write(("x" * int(sys.argv[2]) + "\n") * int(sys.argv[1]))' \
   "$COUNT" "$SIZE" >"$WORK/lines"
@@ -84,19 +88,31 @@ for round in $(seq "$ROUNDS"); do
   n=$(python3 -c 'import json,sys; p=json.loads(sys.argv[1]); c=json.loads(sys.argv[2]); print(json.dumps({"produce_msgs": p["produce"]["msgs_per_s"], "produce_p99_ms": p["produce"]["ack_latency_us"]["p99"] / 1000, "consume_msgs": c["consume"]["msgs_per_s"]}))' "$p" "$c")
   echo "round $round native (pagurus bench): $n"
   native+=("$n")
+  p=$("${client_pin[@]}" "$BIN" bench --broker "127.0.0.1:$PORT" --protocol kafka --producers 4 --consumers 0 \
+      --topics 1 --partitions "$PARTITIONS" --topic-prefix "pk-$round" --size "$SIZE" --batch 100 \
+      --linger-ms 5 --count "$COUNT" --warmup 0 --keep-topics --json --quiet 2>/dev/null | tail -1)
+  c=$("${client_pin[@]}" "$BIN" bench --broker "127.0.0.1:$PORT" --protocol kafka --producers 0 --consumers 1 \
+      --topics 1 --partitions "$PARTITIONS" --topic-prefix "pk-$round" --from earliest \
+      --count "$COUNT" --warmup 0 --json --quiet 2>/dev/null | tail -1)
+  n=$(python3 -c 'import json,sys; p=json.loads(sys.argv[1]); c=json.loads(sys.argv[2]); print(json.dumps({"produce_msgs": p["produce"]["msgs_per_s"], "produce_p99_ms": p["produce"]["ack_latency_us"]["p99"] / 1000, "consume_msgs": c["consume"]["msgs_per_s"]}))' "$p" "$c")
+  echo "round $round kafka (pagurus bench --protocol kafka): $n"
+  bench_kafka+=("$n")
 done
-python3 - "${kafka[@]}" -- "${kcat_rows[@]}" -- "${native[@]}" <<'PY'
+python3 - "${kafka[@]}" -- "${kcat_rows[@]}" -- "${native[@]}" -- "${bench_kafka[@]}" <<'PY'
 import json, statistics, sys
 args = sys.argv[1:]
 first = args.index("--")
 second = args.index("--", first + 1)
+third = args.index("--", second + 1)
 kafka = [json.loads(a) for a in args[:first]]
 kcat = [json.loads(a) for a in args[first + 1:second]]
-native = [json.loads(a) for a in args[second + 1:]]
+native = [json.loads(a) for a in args[second + 1:third]]
+bench_kafka = [json.loads(a) for a in args[third + 1:]]
 med = lambda xs: statistics.median(xs)
 print("\nmedians of %d rounds" % len(kafka))
 print("%-28s %14s %14s %14s" % ("client", "produce msg/s", "produce p99 ms", "consume msg/s"))
-rows = [("confluent-kafka (Kafka API)", kafka), ("kcat (Kafka API)", kcat), ("pagurus bench (native)", native)]
+rows = [("confluent-kafka (Kafka API)", kafka), ("kcat (Kafka API)", kcat), ("pagurus bench (native)", native),
+        ("pagurus bench (Kafka API)", bench_kafka)]
 for name, rounds in [(n, r) for n, r in rows if r]:
     print("%-28s %14.0f %14.2f %14.0f" % (name, med([r["produce_msgs"] for r in rounds]),
           med([r["produce_p99_ms"] for r in rounds]), med([r["consume_msgs"] for r in rounds])))

@@ -1,7 +1,7 @@
 //! The CLI never hangs and survives a broker restart: connect and greeting timeouts against
 //! a silent socket, an HTTP-like server and a stopped (SIGSTOP) broker; `consume` and
 //! `produce` reconnect when the broker restarts, resuming at the next offset and sending
-//! again what was not acknowledged.
+//! again what was not acknowledged; a clean stop (SIGTERM) stores nothing twice.
 
 mod common;
 
@@ -197,4 +197,102 @@ fn a_stopped_broker_times_out_and_a_restart_is_survived() {
             "p-{i} lost; stored:\n{stored}\nproducer: {stderr}"
         );
     }
+}
+
+#[test]
+fn a_producer_survives_a_clean_stop_without_duplicates() {
+    const COUNT: u64 = 3_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    let addr = broker.addr.to_string();
+    let out = pagurus(&[
+        "topics",
+        "create",
+        "big",
+        "--partitions",
+        "2",
+        "--broker",
+        &addr,
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let count = COUNT.to_string();
+    let mut producer = pagurus(&[
+        "produce", "--broker", &addr, "--topic", "big", "--count", &count, "--size", "16",
+    ])
+    .spawn()
+    .unwrap();
+    // Stop the broker (SIGTERM) once the producer is well under way.
+    let stored = |client: &mut pagurus::client::blocking::Client| -> u64 {
+        (0..2)
+            .map(|p| {
+                client
+                    .list_offsets("big", p, pagurus::protocol::native::OffsetSpec::Latest)
+                    .unwrap()
+            })
+            .sum()
+    };
+    let mut client = broker.client();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while stored(&mut client) < 100_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the producer is stuck"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(client);
+    assert!(
+        producer.try_wait().unwrap().is_none(),
+        "the producer was done before the stop: the test needs a larger count"
+    );
+    assert_eq!(broker.terminate().code(), Some(0));
+    std::thread::sleep(Duration::from_millis(300));
+    broker.restart();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while producer.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "the producer hangs");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = producer.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("ShuttingDown") && stderr.contains("reconnected"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("may be stored twice"), "{stderr}");
+    assert!(!stderr.contains("I/O error: broker answered"), "{stderr}");
+
+    // Every record once: none lost, none stored twice.
+    let out = pagurus(&[
+        "consume",
+        "--broker",
+        &addr,
+        "--topic",
+        "big",
+        "--exit-at-end",
+    ])
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut seen = vec![false; COUNT as usize];
+    let mut lines = 0u64;
+    for line in out.stdout.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        let number = std::str::from_utf8(line).unwrap().trim_end_matches('.');
+        let number: usize = number.parse().unwrap();
+        assert!(!seen[number], "record {number} stored twice");
+        seen[number] = true;
+        lines += 1;
+    }
+    assert_eq!(lines, COUNT, "records lost; producer said: {stderr}");
 }

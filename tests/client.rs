@@ -150,6 +150,7 @@ fn producer_batches_partitions_by_key_and_routes_to_owners() {
                 },
                 in_flight: 4,
                 shard_aware: true,
+                ..Default::default()
             },
         )
         .await

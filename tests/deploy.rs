@@ -127,7 +127,9 @@ fn sample_config_covers_every_serve_flag_and_starts_a_broker() {
         .args(["serve", "--help"])
         .output()
         .unwrap();
+    // One line: help is wrapped to the terminal, and `[env: X]` may be cut after `env:`.
     let help = String::from_utf8(help.stdout).unwrap();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
     let serve_vars: BTreeSet<String> = help
         .split("[env: ")
         .skip(1)

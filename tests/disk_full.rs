@@ -9,101 +9,16 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use common::Broker;
+use common::small_fs::SmallFs;
 use pagurus::client::ClientError;
 use pagurus::client::blocking::Client;
 use pagurus::protocol::hermit::{self, ACK_FAILED, ACK_STORED};
 use pagurus::protocol::native::{ErrorCode, TopicSettings};
 use pagurus::protocol::record::{self, BatchHeader, encode_batch};
 use pagurus::protocol::routing::partition_owner;
-
-/// A small file system mounted for one test, unmounted (lazily) when dropped.
-struct SmallFs {
-    mount: PathBuf,
-    image: Option<PathBuf>,
-    _dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    /// Mounts `size_mib` MiB, or returns `None` (with a note) when this process may not mount.
-    fn mount(size_mib: u64) -> Option<SmallFs> {
-        let dir = tempfile::tempdir().unwrap();
-        let mount = dir.path().join("mnt");
-        std::fs::create_dir(&mount).unwrap();
-        let ext4 = std::env::var("PAGURUS_TEST_FS").is_ok_and(|fs| fs == "ext4");
-        let (image, status) = if ext4 {
-            let image = dir.path().join("fs.img");
-            let file = std::fs::File::create(&image).unwrap();
-            file.set_len(size_mib << 20).unwrap();
-            let made = Command::new("mkfs.ext4")
-                .args(["-q", "-F"])
-                .arg(&image)
-                .status()
-                .expect("mkfs.ext4 runs");
-            assert!(made.success(), "mkfs.ext4 failed");
-            let status = Command::new("mount")
-                .args(["-o", "loop"])
-                .arg(&image)
-                .arg(&mount)
-                .status();
-            (Some(image), status)
-        } else {
-            let status = Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs"])
-                .arg(&mount)
-                .status();
-            (None, status)
-        };
-        match status {
-            Ok(s) if s.success() => Some(SmallFs {
-                mount,
-                image,
-                _dir: dir,
-            }),
-            // SAFETY: geteuid has no preconditions.
-            _ if unsafe { nix::libc::geteuid() } != 0 => {
-                eprintln!("SKIPPED: mounting a small file system needs root");
-                None
-            }
-            other => panic!("mount failed as root: {other:?}"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        &self.mount
-    }
-
-    /// Writes a filler file until the file system refuses; returns its path.
-    fn fill(&self, name: &str) -> PathBuf {
-        let path = self.mount.join(name);
-        let mut file = std::fs::File::create(&path).unwrap();
-        let block = vec![0xAAu8; 4096];
-        loop {
-            match file.write(&block) {
-                Ok(n) if n > 0 => {}
-                Ok(_) => break,
-                Err(e) if e.raw_os_error() == Some(nix::libc::ENOSPC) => break,
-                Err(e) => panic!("filling {}: {e}", path.display()),
-            }
-        }
-        // Bytes a write accepted are in the page cache; syncing makes ext4 account them.
-        let _ = file.sync_all();
-        path
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.mount).status();
-        if let Some(image) = &self.image {
-            let _ = std::fs::remove_file(image);
-        }
-    }
-}
 
 /// One acknowledged batch: where the broker put it and what it holds.
 #[derive(Debug, Clone)]

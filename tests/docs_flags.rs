@@ -1,7 +1,9 @@
 //! The documentation's flag tables match the flags the binary has: for every subcommand
 //! (found in `--help`, so a new one needs a table too), each flag in its `--help` is in its
 //! table with the same environment variable and default, and each flag in the table is in
-//! `--help`.
+//! `--help`. And every `pagurus ...` command line in README.md, deploy/TUNING.md and
+//! docs/*.md parses with the real clap definition, so a doc cannot name a flag or subcommand
+//! that does not exist.
 //!
 //! A table follows a marker line `<!-- flags: SUBCOMMAND -->` in docs/*.md; its rows are
 //! `| --flag | ENV | default | meaning |` (backquotes allowed, `—` for none). Flags every
@@ -42,6 +44,9 @@ fn subcommands(path: &[&str]) -> Vec<Vec<String>> {
         .skip_while(|l| l.trim() != "Commands:")
         .skip(1)
         .take_while(|l| !l.trim().is_empty())
+        // A name is indented by two spaces; a description wrapped to the terminal's width
+        // continues further in.
+        .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
         .filter_map(|l| l.split_whitespace().next())
         .filter(|name| *name != "help")
         .map(str::to_string)
@@ -82,10 +87,14 @@ fn help_flags(text: &str) -> BTreeMap<String, Flag> {
     };
     for line in text.lines() {
         let trimmed = line.trim_start();
-        let indented = line.len() > trimmed.len();
+        let indent = line.len() - trimmed.len();
+        let indented = indent > 0;
+        // A flag starts 2 (`-p, --partitions`) or 6 (`--quiet`) columns in; a description
+        // wrapped to the terminal's width continues further in, and may start with a flag
+        // it names.
         let long = trimmed
             .strip_prefix('-')
-            .filter(|_| indented)
+            .filter(|_| (2..=6).contains(&indent))
             .map(|rest| rest.trim_start_matches(|c: char| c.is_ascii_alphanumeric()))
             .map(|rest| rest.trim_start_matches(", -"))
             .and_then(|rest| rest.strip_prefix('-'));
@@ -111,8 +120,8 @@ fn help_flags(text: &str) -> BTreeMap<String, Flag> {
     flags
 }
 
-/// The flag table after `<!-- flags: NAME -->`, from whichever doc has it.
-fn doc_table(name: &str) -> BTreeMap<String, Flag> {
+/// The rows of every flag table for `name` (after `<!-- flags: NAME -->`), by doc.
+fn doc_tables(name: &str) -> Vec<(&'static str, Vec<String>)> {
     let marker = format!("<!-- flags: {name} -->");
     let mut found = Vec::new();
     for doc in DOCS {
@@ -127,8 +136,14 @@ fn doc_table(name: &str) -> BTreeMap<String, Flag> {
             .take_while(|l| l.starts_with('|'))
             .map(str::to_string)
             .collect();
-        found.push((doc, rows));
+        found.push((*doc, rows));
     }
+    found
+}
+
+/// The flag table after `<!-- flags: NAME -->`, from whichever doc has it.
+fn doc_table(name: &str) -> BTreeMap<String, Flag> {
+    let mut found = doc_tables(name);
     assert_eq!(
         found.len(),
         1,
@@ -192,6 +207,17 @@ fn docs_flag_tables_match_help() {
         for (flag, spec) in &global {
             assert_eq!(flags.remove(flag).as_ref(), Some(spec), "{name}: {flag}");
         }
+        if flags.is_empty() {
+            // Only the global flags: a sentence says so; an empty table reads as missing.
+            let tables = doc_tables(&name);
+            if !tables.is_empty() {
+                problems.push(format!(
+                    "`{name}` has no flags of its own, but {:?} has an (empty) table for it",
+                    tables[0].0
+                ));
+            }
+            continue;
+        }
         problems.extend(compare(&name, &flags, &doc_table(&name)));
     }
     assert!(
@@ -216,6 +242,25 @@ fn help_parser_reads_short_and_long_layouts() {
     assert_eq!(short.len(), 1);
     let long = help_flags(long);
     assert_eq!(long["--partitions"].default.as_deref(), Some("1"));
+    // Wrapped to the terminal: a continuation that starts with a flag it names.
+    let wrapped = help_flags(
+        "Options:
+      --topics <TOPICS>
+          Topics (see
+          --keep-topics) [env:
+          PAGURUS_T=] [default: 1]
+",
+    );
+    assert_eq!(
+        wrapped,
+        BTreeMap::from([(
+            "--topics".to_string(),
+            Flag {
+                env: Some("PAGURUS_T".into()),
+                default: Some("1".into())
+            }
+        )])
+    );
     assert_eq!(
         long["--quiet"],
         Flag {
@@ -223,4 +268,227 @@ fn help_parser_reads_short_and_long_layouts() {
             default: None
         }
     );
+}
+
+/// The Markdown files whose `pagurus ...` command lines must parse.
+fn command_docs() -> Vec<std::path::PathBuf> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut docs = vec![root.join("README.md"), root.join("deploy/TUNING.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            docs.push(path);
+        }
+    }
+    docs.sort();
+    docs
+}
+
+/// One `pagurus` command line of a doc: its line, its arguments, and whether it must parse
+/// whole (a shell block's command) or only name real subcommands and flags (inline code and
+/// comments, which cut commands short and hold placeholders: `--partition P`).
+#[derive(Debug)]
+struct DocCommand {
+    line: usize,
+    args: Vec<String>,
+    whole: bool,
+}
+
+/// Shell words and operators of `code`: quotes group, `# ...` at a word's start ends the
+/// line, `|;&()<>` separate commands (`None`), `$(` and `<(` open one.
+fn shell_words(code: &str) -> Vec<Option<String>> {
+    let mut out = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = code.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                let quoted: String = chars.by_ref().take_while(|&q| q != c).collect();
+                word.get_or_insert_with(String::new).push_str(&quoted);
+            }
+            '#' if word.is_none() => break,
+            '|' | ';' | '&' | '(' | ')' | '<' | '>' => {
+                // `$(`: the `$` opens a command substitution, it is no word.
+                out.extend(word.take().filter(|w| w != "$").map(Some));
+                out.push(None);
+            }
+            c if c.is_whitespace() => out.extend(word.take().map(Some)),
+            c => word.get_or_insert_with(String::new).push(c),
+        }
+    }
+    out.extend(word.map(Some));
+    out
+}
+
+/// The arguments of every `pagurus ...` (or `cargo run ... -- ...`) command in `code`.
+fn pagurus_commands(code: &str) -> Vec<Vec<String>> {
+    let words = shell_words(code);
+    let mut found = Vec::new();
+    for command in words.split(Option::is_none) {
+        let mut words = command
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .skip_while(|w| {
+                let assignment = w.split_once('=').is_some_and(|(name, _)| {
+                    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                });
+                assignment || matches!(*w, "sudo" | "env" | "exec" | "time")
+            })
+            .peekable();
+        let is_pagurus = match words.next() {
+            Some(w) if w == "pagurus" || w.ends_with("/pagurus") => true,
+            Some("cargo") if words.peek() == Some(&"run") => {
+                words.by_ref().any(|w| w == "--");
+                true
+            }
+            _ => false,
+        };
+        let args: Vec<String> = words
+            .filter(|w| *w != "...")
+            .map(|w| w.trim_matches(['[', ']']).to_string())
+            .filter(|w| !w.is_empty())
+            .collect();
+        if is_pagurus && !args.is_empty() {
+            found.push(args);
+        }
+    }
+    found
+}
+
+/// Every `pagurus` command of a Markdown text: shell blocks (```sh and unlabelled), comments
+/// of other blocks (a TOML comment can show a command too), and inline code.
+fn doc_commands(text: &str) -> Vec<DocCommand> {
+    let mut found = Vec::new();
+    let mut fence: Option<String> = None;
+    let mut pending = String::new();
+    let mut add = |line: usize, code: &str, whole: bool| {
+        for args in pagurus_commands(code) {
+            found.push(DocCommand { line, args, whole });
+        }
+    };
+    for (index, line) in text.lines().enumerate() {
+        let number = index + 1;
+        if let Some(lang) = line.trim_start().strip_prefix("```") {
+            fence = match fence {
+                Some(_) => None,
+                None => Some(lang.trim().to_string()),
+            };
+            continue;
+        }
+        match fence.as_deref() {
+            Some("" | "sh" | "bash" | "shell" | "console") => {
+                // A `\` at the end continues the command on the next line.
+                if let Some(head) = line.strip_suffix('\\') {
+                    pending.push_str(head);
+                    pending.push(' ');
+                    continue;
+                }
+                let full = std::mem::take(&mut pending) + line;
+                add(number, &full, true);
+                // The comment's words are prose: `# like pagurus topics list`.
+                if let Some((_, comment)) = full.split_once(" #") {
+                    add(number, comment, false);
+                }
+            }
+            Some(_) => {
+                if let Some((_, comment)) = line.split_once('#') {
+                    add(number, comment, false);
+                }
+            }
+            None => {
+                for span in line.split('`').skip(1).step_by(2) {
+                    add(number, span, false);
+                }
+            }
+        }
+    }
+    found
+}
+
+/// Why clap refuses a doc's command, if it does: any refusal for a shell block's command; for
+/// inline code and comments only a subcommand or flag that does not exist.
+fn refusal(command: &DocCommand) -> Option<String> {
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+    let argv = std::iter::once("pagurus").chain(command.args.iter().map(String::as_str));
+    let error = pagurus::cli::Cli::command()
+        .try_get_matches_from(argv)
+        .err()?;
+    let fatal = match error.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => false,
+        ErrorKind::UnknownArgument | ErrorKind::InvalidSubcommand => true,
+        _ => command.whole,
+    };
+    fatal.then(|| error.render().to_string())
+}
+
+#[test]
+fn every_pagurus_command_in_the_docs_parses() {
+    let mut problems = Vec::new();
+    let mut whole = 0;
+    for doc in command_docs() {
+        let text = std::fs::read_to_string(&doc).unwrap();
+        for command in doc_commands(&text) {
+            whole += usize::from(command.whole);
+            if let Some(why) = refusal(&command) {
+                problems.push(format!(
+                    "{}:{}: pagurus {}\n{why}",
+                    doc.display(),
+                    command.line,
+                    command.args.join(" ")
+                ));
+            }
+        }
+    }
+    // The README alone has more than ten; finding few means the extraction broke.
+    assert!(whole >= 30, "only {whole} commands found in shell blocks");
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn doc_command_extraction_finds_what_clap_refuses() {
+    let doc = "\
+```toml
+[profile.staging]   # pagurus --profile staging ... (or PAGURUS_PROFILE=staging)
+```
+
+```sh
+pagurus serve --data /var/lib/pagurus          # listens on 127.0.0.1:9092
+printf 'a\\n' | PAGURUS_BROKER=h:1 pagurus produce --topic t \\
+  --bogus 1
+source <(pagurus completion bash) && journalctl -u pagurus -f
+cargo run --release -- serve --no-such-flag
+pagurus consume --topic orders --format '%p|%o #x'
+```
+
+Run `pagurus topics compact T [--partition P]` or `pagurus consume --group`.
+";
+    let commands = doc_commands(doc);
+    let refused: Vec<(usize, String)> = commands
+        .iter()
+        .filter(|c| refusal(c).is_some())
+        .map(|c| (c.line, c.args.join(" ")))
+        .collect();
+    assert_eq!(
+        refused,
+        [
+            (2, "--profile staging".to_string()),
+            (6, "serve --data /var/lib/pagurus".to_string()),
+            (8, "produce --topic t --bogus 1".to_string()),
+            (10, "serve --no-such-flag".to_string()),
+        ],
+        "{commands:#?}"
+    );
+    let args: Vec<String> = commands.iter().map(|c| c.args.join(" ")).collect();
+    assert!(args.contains(&"completion bash".to_string()), "{args:?}");
+    assert!(
+        args.contains(&"consume --topic orders --format %p|%o #x".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"topics compact T --partition P".to_string()),
+        "{args:?}"
+    );
+    assert!(!args.iter().any(|a| a.starts_with("-f")), "{args:?}");
 }

@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::Broker;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use pagurus::protocol::record::encode_batch;
 
 fn pagurus(broker: &Broker, args: &[&str]) -> Output {
@@ -50,9 +52,14 @@ struct Member {
 
 impl Member {
     fn start(broker: &Broker, topic: &str, group: &str) -> Member {
+        Member::start_with_session(broker, topic, group, 2000)
+    }
+
+    fn start_with_session(broker: &Broker, topic: &str, group: &str, session_ms: u32) -> Member {
         let mut child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
             .args(["consume", "--topic", topic, "--group", group])
-            .args(["--session-timeout-ms", "2000", "--wait-ms", "200"])
+            .args(["--session-timeout-ms", &session_ms.to_string()])
+            .args(["--wait-ms", "200"])
             .arg("--broker")
             .arg(broker.addr.to_string())
             .env_remove("PAGURUS_BROKER")
@@ -79,6 +86,22 @@ impl Member {
     fn kill(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
+    }
+
+    /// Sends `signal` and waits (at most 10 s) for the process to exit.
+    fn stop_with(&mut self, signal: Signal) -> std::process::ExitStatus {
+        kill(Pid::from_raw(self.child.id() as i32), signal).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "still running 10 s after {signal}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 
@@ -265,4 +288,95 @@ fn reset_offsets_and_delete() {
     assert_eq!(ok(&broker, &["groups", "list"]), "g\n");
     ok(&broker, &["topics", "delete", "t"]);
     assert_eq!(ok(&broker, &["groups", "list"]), "");
+}
+
+#[test]
+fn a_member_stopped_by_a_signal_leaves_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    ok(&broker, &["topics", "create", "t", "--partitions", "2"]);
+    let all = produce_round(&broker, "t", 2, 1);
+    for signal in [Signal::SIGINT, Signal::SIGTERM] {
+        // A session far longer than the waits below: only a leave empties the group.
+        let mut member = Member::start_with_session(&broker, "t", "g", 60_000);
+        eventually(20, "the member reads everything", || member.seen() == all);
+        assert_eq!(members(&broker, "g"), vec![2]);
+        let stopped = Instant::now();
+        let status = member.stop_with(signal);
+        assert_eq!(
+            status.code(),
+            Some(128 + signal as i32),
+            "{signal}: exit {status}"
+        );
+        assert!(
+            ok(&broker, &["groups", "describe", "g"]).starts_with("group g: Empty"),
+            "{signal}: the member left"
+        );
+        assert!(stopped.elapsed() < Duration::from_secs(5), "{signal}");
+        // What it printed was committed, and the group's offsets can be moved now.
+        ok(
+            &broker,
+            &[
+                "groups",
+                "reset-offsets",
+                "g",
+                "--topic",
+                "t",
+                "--to",
+                "earliest",
+            ],
+        );
+    }
+}
+
+#[test]
+fn reset_offsets_outside_the_log_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    ok(&broker, &["topics", "create", "t", "--partitions", "2"]);
+    produce_round(&broker, "t", 2, 1);
+    // Partition 0 holds 35 records, partition 1 holds 25.
+    let mut client = broker.client();
+    for i in 0..10 {
+        let value = format!("extra-{i}");
+        client
+            .produce("t", 0, &[encode_batch(0, b"", value.as_bytes(), 1)])
+            .unwrap();
+    }
+    let reset = |partition: Option<&str>, to: &str| {
+        let mut args = vec!["groups", "reset-offsets", "g", "--topic", "t", "--to", to];
+        if let Some(p) = partition {
+            args.extend(["--partition", p]);
+        }
+        pagurus(&broker, &args)
+    };
+    let committed = |broker: &Broker| -> Vec<String> {
+        ok(broker, &["groups", "describe", "g"])
+            .lines()
+            .skip_while(|l| !l.starts_with("TOPIC"))
+            .skip(1)
+            .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+            .collect()
+    };
+    assert!(reset(None, "5").status.success());
+    assert_eq!(committed(&broker), ["t 0 5", "t 1 5"]);
+
+    let out = reset(Some("1"), "26");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("offset 26 is past the log end of t/1 (log start 0, log end 25)"),
+        "{stderr}"
+    );
+    // 30 is inside partition 0 but past partition 1's end: neither is set.
+    let stderr = String::from_utf8(reset(None, "30").stderr).unwrap();
+    assert!(stderr.contains("past the log end of t/1"), "{stderr}");
+    assert_eq!(committed(&broker), ["t 0 5", "t 1 5"], "nothing was set");
+
+    // The log end itself is a valid place: the group waits there for new records.
+    assert!(reset(Some("1"), "25").status.success());
+    assert!(reset(Some("0"), "35").status.success());
+    assert_eq!(committed(&broker), ["t 0 35", "t 1 25"]);
+    let consume = ["consume", "--topic", "t", "--group", "g", "--exit-at-end"];
+    assert_eq!(ok(&broker, &consume), "");
 }

@@ -12,6 +12,8 @@ fn python(broker: &Broker, mode: &str) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka_groups/groups.py");
     let out = Command::new("timeout")
         .args(["120", "python3", script, &broker.addr.to_string(), mode])
+        .env("PAGURUS_BIN", env!("CARGO_BIN_EXE_pagurus"))
+        .env_remove("PAGURUS_BROKER")
         .output()
         .expect("python3 runs");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -40,4 +42,11 @@ fn a_group_resumes_at_its_commits_after_consumer_and_broker_restart() {
     broker.restart();
     python(&broker, "resume");
     python(&broker, "admin");
+}
+
+#[test]
+fn groups_describe_shows_the_assignment_of_librdkafka_members() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    python(&broker, "describe");
 }

@@ -21,6 +21,17 @@ use kafka_protocol::records::{
 };
 
 fn batch(producer_id: i64, epoch: i16, first_sequence: i32, count: i32) -> Bytes {
+    batch_of(producer_id, epoch, first_sequence, count, 0)
+}
+
+/// [`batch`] with each value padded to at least `value_len` bytes.
+fn batch_of(
+    producer_id: i64,
+    epoch: i16,
+    first_sequence: i32,
+    count: i32,
+    value_len: usize,
+) -> Bytes {
     let records: Vec<Record> = (0..count)
         .map(|i| Record {
             transactional: false,
@@ -38,7 +49,11 @@ fn batch(producer_id: i64, epoch: i16, first_sequence: i32, count: i32) -> Bytes
             },
             timestamp: 1_700_000_000_000,
             key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(Bytes::from(format!("v{first_sequence}-{i}"))),
+            value: Some(Bytes::from({
+                let mut value = format!("v{first_sequence}-{i}").into_bytes();
+                value.resize(value.len().max(value_len), b'.');
+                value
+            })),
             headers: IndexMap::new(),
         })
         .collect();
@@ -267,4 +282,91 @@ fn join_group_v5_hands_out_a_member_id_first() {
         JoinGroupResponse::decode(&mut body, 5).unwrap().error_code,
         25
     );
+}
+
+/// The base sequence of each stored batch of `topic`/0, by offset (read with the native
+/// client: a Kafka batch is stored as the RecordBatch it arrived as).
+fn stored_sequences(broker: &Broker, topic: &str) -> std::collections::BTreeMap<u64, i32> {
+    use pagurus::protocol::kafka::batch as kafka_batch;
+    use pagurus::protocol::record::{self, BatchHeader};
+    let mut client = broker.client();
+    let mut stored = std::collections::BTreeMap::new();
+    let mut offset = 0;
+    loop {
+        let fetched = client
+            .fetch(topic, 0, offset, 4 << 20, Duration::ZERO)
+            .unwrap();
+        if fetched.batches.is_empty() {
+            return stored;
+        }
+        for stored_batch in fetched.batches {
+            let header = BatchHeader::decode(&stored_batch, &Default::default()).unwrap();
+            let info = kafka_batch::peek(record::payload_of(&stored_batch, &header), u64::MAX)
+                .expect("a Kafka batch");
+            stored.insert(header.offset, info.base_sequence);
+            offset = header.offset + header.records();
+        }
+    }
+}
+
+/// Issue 36, made deterministic. A write that fails (disk full) takes back the batch it
+/// carried, and its offsets go to the next batch staged. The producer's next batch, sent
+/// before it saw the failure, must not be stored in its place as if the failed one were
+/// there, and the failed batch's retry must be stored again, not answered with the offset
+/// it lost (which another batch now holds). tmpfs allocates as writes come, and `never`
+/// writes without pre-extension: the large batch fails where the small one fits.
+#[test]
+fn a_retry_after_a_failed_write_is_stored_again_not_answered_with_a_lost_offset() {
+    let Some(fs) = common::small_fs::SmallFs::tmpfs(8) else {
+        return;
+    };
+    let broker = Broker::start_in(fs.path(), 1, &["--fsync", "never"]);
+    let mut conn = Conn::connect(broker.addr);
+    create(&mut conn, "full");
+    const PID: i64 = 77;
+    let mut acked = Vec::new();
+    let (code, offset) = produce(&mut conn, "full", batch(PID, 0, 0, 1));
+    assert_eq!(code, 0);
+    acked.push((0, offset));
+
+    let filler = fs.fill_leaving("filler", 128 << 10);
+    // One record, as the next batch has: answered with the lost batch's offset, the retry
+    // would be acknowledged as soon as the next batch is written there.
+    let large = batch_of(PID, 0, 1, 1, 512 << 10);
+    assert!(large.len() > 256 << 10, "larger than the room left");
+    assert_eq!(
+        produce(&mut conn, "full", large.clone()).0,
+        56,
+        "KAFKA_STORAGE_ERROR"
+    );
+    let next_sequence = 2;
+    let next = batch(PID, 0, next_sequence, 1);
+    let next_first = produce(&mut conn, "full", next.clone());
+    if next_first.0 == 0 {
+        acked.push((next_sequence, next_first.1));
+    } else {
+        assert_eq!(
+            next_first.0, 45,
+            "OUT_OF_ORDER_SEQUENCE_NUMBER after a lost batch"
+        );
+    }
+
+    std::fs::remove_file(&filler).unwrap();
+    let (code, offset) = produce(&mut conn, "full", large);
+    assert_eq!(code, 0, "the retry is stored once there is room");
+    acked.push((1, offset));
+    if next_first.0 != 0 {
+        let (code, offset) = produce(&mut conn, "full", next);
+        assert_eq!(code, 0, "the next batch follows its retried predecessor");
+        acked.push((next_sequence, offset));
+    }
+
+    let stored = stored_sequences(&broker, "full");
+    for (sequence, offset) in acked {
+        assert_eq!(
+            stored.get(&(offset as u64)),
+            Some(&sequence),
+            "the batch acknowledged at offset {offset} (sequence {sequence}) is there; log: {stored:?}"
+        );
+    }
 }

@@ -1,5 +1,6 @@
 //! Structured logs: `--log-format json` gives one JSON object per line with level, message,
-//! fields and the core's thread; a bad `--log-level` is refused before anything starts.
+//! fields and the core's thread; a bad `--log-level` (not a level, or a word EnvFilter would
+//! take for a target and so mute every line) is refused before anything starts.
 
 mod common;
 
@@ -73,4 +74,45 @@ fn a_bad_log_level_is_refused() {
         !dir.path().join(".lock").exists(),
         "nothing started: {stderr}"
     );
+}
+
+/// `pagurus completion bash` with `--log-level LEVEL` (the level is checked before any
+/// subcommand runs, so this is the cheapest real start).
+fn with_log_level(level: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_pagurus"))
+        .args(["completion", "bash", "--log-level", level])
+        .env_remove("RUST_LOG")
+        .env_remove("PAGURUS_LOG_LEVEL")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_word_that_is_not_a_level_is_refused_with_the_accepted_forms() {
+    // EnvFilter reads these as target names: accepted, they would mute every log line.
+    for bad in ["warning", "verbose", "info,warning", "pagurus=loud", ""] {
+        let out = with_log_level(bad);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad:?} accepted: {stderr}");
+        assert!(stderr.contains("invalid --log-level"), "{bad:?}: {stderr}");
+        for form in ["error, warn, info, debug, trace, off", "TARGET=LEVEL"] {
+            assert!(stderr.contains(form), "{bad:?}: no {form:?} in {stderr}");
+        }
+        assert!(out.stdout.is_empty(), "{bad:?}: the subcommand ran");
+    }
+    for good in [
+        "warn",
+        "DEBUG",
+        "off",
+        "warn,pagurus::storage=debug",
+        "pagurus=trace",
+        "[request]=debug",
+    ] {
+        let out = with_log_level(good);
+        assert!(
+            out.status.success(),
+            "{good:?} refused: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

@@ -12,7 +12,7 @@ use futures_lite::future;
 use glommio::{LocalExecutorBuilder, Placement};
 
 use crate::bench::workers::{ConsumerSpec, ProducerSpec, WallClock, WorkerResult};
-use crate::bench::{Results, Shared, batch_schedule};
+use crate::bench::{Protocol, Results, Shared, batch_schedule, kafka};
 use crate::client::ClientError;
 use crate::client::glommio::{Client, OwnedReply, ReplyFuture};
 use crate::client::produce::ProduceFrame;
@@ -40,13 +40,28 @@ pub fn thread(
             .make()
             .map_err(|e| format!("cannot start a bench executor: {e}"))?
             .run(async move {
+                let kafka = shared.args.protocol == Protocol::Kafka;
                 let producing: Vec<_> = producers
                     .into_iter()
-                    .map(|spec| glommio::spawn_local(produce(Arc::clone(&shared), spec)))
+                    .map(|spec| {
+                        let shared = Arc::clone(&shared);
+                        if kafka {
+                            glommio::spawn_local(kafka::workers::produce(shared, spec))
+                        } else {
+                            glommio::spawn_local(produce(shared, spec))
+                        }
+                    })
                     .collect();
                 let consuming: Vec<_> = consumers
                     .into_iter()
-                    .map(|spec| glommio::spawn_local(consume(Arc::clone(&shared), spec)))
+                    .map(|spec| {
+                        let shared = Arc::clone(&shared);
+                        if kafka {
+                            glommio::spawn_local(kafka::workers::consume(shared, spec))
+                        } else {
+                            glommio::spawn_local(consume(shared, spec))
+                        }
+                    })
                     .collect();
                 let mut produced = Vec::new();
                 for task in producing {

@@ -15,10 +15,13 @@
 //! - [`report`]: percentiles, `.hgrm` files, the SVG chart, JSON.
 //! - [`broker_share`]: the broker's own share of the ack, from its metrics.
 //! - [`machine`]: the machine's CPU time over the window, steal above all.
+//! - [`kafka`]: the same load spoken in Kafka (`--protocol kafka`).
 
 mod broker_share;
 mod glommio;
+mod kafka;
 mod machine;
+mod progress;
 pub mod report;
 mod window;
 mod workers;
@@ -49,8 +52,33 @@ pub enum ClientKind {
     Blocking,
 }
 
+/// Which protocol the bench speaks to the broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Protocol {
+    // Plain comments, as for `ClientKind`.
+    // pagurus' native protocol.
+    Native,
+    // Kafka: idempotent producers (acks=all) and Fetch consumers, on each partition's leader.
+    Kafka,
+}
+
+impl Protocol {
+    /// Its name on the command line and in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Native => "native",
+            Protocol::Kafka => "kafka",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
+    /// Protocol spoken to the broker: native, or kafka (idempotent producers with
+    /// acks=all, one RecordBatch per batch, consumers fetching from each partition's
+    /// leader; glommio client only). Topics are set up with the native protocol either way.
+    #[arg(long, value_enum, default_value = "native")]
+    pub protocol: Protocol,
     /// Producers, each on its own connection.
     #[arg(long, default_value_t = 4)]
     pub producers: usize,
@@ -100,7 +128,8 @@ pub struct BenchArgs {
     /// Messages to produce in all, warm-up included (or to consume, with `--producers 0`).
     #[arg(long, conflicts_with = "duration")]
     pub count: Option<u64>,
-    /// Seconds to produce for, warm-up included.
+    /// Seconds to produce for, warm-up included. Without --count or --duration a run
+    /// lasts 10 s.
     #[arg(long)]
     pub duration: Option<f64>,
     /// Seconds at the start whose messages and latencies the results leave out (the report
@@ -246,27 +275,38 @@ fn used_partitions(args: &BenchArgs) -> Vec<(String, u32)> {
     used
 }
 
-pub fn run(args: BenchArgs) -> Result<(), String> {
+/// Seconds a run lasts when neither `--count` nor `--duration` is given: long enough for
+/// steady rates past the default one-second warm-up, short enough to just try.
+pub const DEFAULT_DURATION_S: f64 = 10.0;
+
+pub fn run(mut args: BenchArgs) -> Result<(), String> {
     if args.count.is_none() && args.duration.is_none() {
-        return Err("give --count N or --duration S".into());
+        args.duration = Some(DEFAULT_DURATION_S);
     }
     if args.batch == 0 || args.in_flight == 0 {
         return Err("--batch and --in-flight must be at least 1".into());
+    }
+    if args.protocol == Protocol::Kafka && args.client == ClientKind::Blocking {
+        return Err("--protocol kafka runs on the glommio client (--client glommio)".into());
     }
     let broker = resolve(&args.target)?;
     let mut admin = args.target.connect(Duration::ZERO)?;
     let created = prepare_topics(&mut admin, &args)?;
     let metadata = admin.metadata(&[]).map_err(|e| e.to_string())?;
     let routes = Routes::new(broker, &metadata);
-    let route = |topic: &str, partition: u32| {
-        if args.shard_aware {
-            routes.address(topic, partition)
-        } else {
-            broker
-        }
+    let used = used_partitions(&args);
+    // Kafka workers connect to each partition's leader as Kafka's Metadata names it.
+    let leaders = match args.protocol {
+        Protocol::Kafka if args.shard_aware => kafka::leaders(broker, args.target.timeout(), &used)
+            .map_err(|e| format!("kafka metadata from {broker}: {e}"))?,
+        _ => Default::default(),
+    };
+    let route = |topic: &str, partition: u32| match leaders.get(&(topic.to_string(), partition)) {
+        Some(leader) => *leader,
+        None if args.shard_aware => routes.address(topic, partition),
+        None => broker,
     };
 
-    let used = used_partitions(&args);
     let mut consumer_starts = Vec::new();
     for (topic, partition) in &used {
         let spec = if args.from == "earliest" {
@@ -327,7 +367,7 @@ pub fn run(args: BenchArgs) -> Result<(), String> {
         .as_deref()
         .map(|addr| broker_share::Window::open(addr, shared.measure_from));
     let machine_window = machine::Window::open(shared.measure_from);
-    let progress = report::Progress::new(&args);
+    let progress = progress::Progress::new(&args);
     let results = match args.client {
         ClientKind::Blocking => run_blocking(&shared, producer_specs, consumer_specs, &progress),
         ClientKind::Glommio => run_glommio(&shared, producer_specs, consumer_specs, &progress),
@@ -456,7 +496,7 @@ pub type Results = (Vec<WorkerResult>, Vec<WorkerResult>);
 fn join<T>(
     handle: std::thread::JoinHandle<Result<T, String>>,
     shared: &Shared,
-    progress: &report::Progress,
+    progress: &progress::Progress,
 ) -> Result<T, String> {
     while !handle.is_finished() {
         progress.tick(shared);
@@ -471,7 +511,7 @@ fn run_blocking(
     shared: &Arc<Shared>,
     producers: Vec<ProducerSpec>,
     consumers: Vec<Vec<ConsumerSpec>>,
-    progress: &report::Progress,
+    progress: &progress::Progress,
 ) -> Result<Results, String> {
     let producers: Vec<_> = producers
         .into_iter()
@@ -501,7 +541,7 @@ fn run_glommio(
     shared: &Arc<Shared>,
     producers: Vec<ProducerSpec>,
     consumers: Vec<Vec<ConsumerSpec>>,
-    progress: &report::Progress,
+    progress: &progress::Progress,
 ) -> Result<Results, String> {
     // Consumers get a thread of their own: on one thread with the producers, every fetch
     // answer would delay acknowledgements (and the other way round), which a real

@@ -1,141 +1,18 @@
 //! The bench's output: a text table or one JSON object, `.hgrm` percentile files, an SVG
-//! latency chart, and the progress bar.
+//! latency chart.
 
-use std::cell::Cell;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use hdrhistogram::Histogram;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
 use crate::bench::broker_share::AckBuckets;
 use crate::bench::machine::MachineCpu;
 use crate::bench::workers::WorkerResult;
 use crate::bench::{BenchArgs, Shared, histogram};
-
-/// The live display: in `--duration` mode, elapsed and remaining time; with `--count`, a
-/// bar of the messages; in both, the rates over the last second.
-pub struct Progress {
-    bar: Option<ProgressBar>,
-    /// Counts at the last rate sample: when, produced, consumed.
-    last: Cell<(Instant, u64, u64)>,
-    /// Messages per second produced and consumed over the last sample.
-    rates: Cell<(f64, f64)>,
-}
-
-/// How often the rates shown are recomputed.
-const RATE_SAMPLE: Duration = Duration::from_secs(1);
-
-impl Progress {
-    pub fn new(args: &BenchArgs) -> Progress {
-        let last = Cell::new((Instant::now(), 0, 0));
-        let rates = Cell::new((0.0, 0.0));
-        if args.quiet || args.json {
-            return Progress {
-                bar: None,
-                last,
-                rates,
-            };
-        }
-        let (bar, template) = match (args.count, args.duration) {
-            (Some(count), _) => (
-                ProgressBar::new(count),
-                "{spinner} [{elapsed_precise}] {bar:20} {pos}/{len} msgs  {wide_msg}",
-            ),
-            (None, Some(seconds)) => (
-                // Position and length in tenths of a second.
-                ProgressBar::new((seconds * 10.0).ceil() as u64),
-                "{spinner} [{elapsed_precise}] {bar:20} {prefix} left  {wide_msg}",
-            ),
-            (None, None) => (
-                ProgressBar::new_spinner(),
-                "{spinner} [{elapsed_precise}] {wide_msg}",
-            ),
-        };
-        bar.set_style(ProgressStyle::with_template(template).expect("valid template"));
-        Progress {
-            bar: Some(bar),
-            last,
-            rates,
-        }
-    }
-
-    pub fn tick(&self, shared: &Shared) {
-        let Some(bar) = &self.bar else {
-            return;
-        };
-        let args = &shared.args;
-        let produced = shared.produced.load(Ordering::Relaxed);
-        let consumed = shared.consumed.load(Ordering::Relaxed);
-        let (at, produced_then, consumed_then) = self.last.get();
-        let now = Instant::now();
-        let since = now.duration_since(at);
-        if since >= RATE_SAMPLE {
-            let per_s = |n: u64| n as f64 / since.as_secs_f64();
-            self.rates.set((
-                per_s(produced.saturating_sub(produced_then)),
-                per_s(consumed.saturating_sub(consumed_then)),
-            ));
-            self.last.set((now, produced, consumed));
-        }
-        match (args.count, args.duration) {
-            (Some(_), _) => bar.set_position(if args.producers > 0 {
-                produced
-            } else {
-                consumed
-            }),
-            (None, Some(seconds)) => {
-                let elapsed = shared.start.elapsed().as_secs_f64();
-                bar.set_position((elapsed.min(seconds) * 10.0) as u64);
-                bar.set_prefix(format!("{:.0} s", (seconds - elapsed).max(0.0).ceil()));
-            }
-            (None, None) => bar.tick(),
-        }
-        let (produce_rate, consume_rate) = self.rates.get();
-        let mb = |rate: f64| rate * args.size as f64 / 1e6;
-        let mut msg = String::new();
-        if args.producers > 0 {
-            let _ = write!(
-                msg,
-                "produce {} msg/s {:.1} MB/s",
-                human(produce_rate),
-                mb(produce_rate)
-            );
-        }
-        if args.consumers > 0 {
-            if !msg.is_empty() {
-                msg.push_str(" | ");
-            }
-            let _ = write!(
-                msg,
-                "consume {} msg/s {:.1} MB/s",
-                human(consume_rate),
-                mb(consume_rate)
-            );
-        }
-        bar.set_message(msg);
-    }
-
-    pub fn finish(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
-    }
-}
-
-/// A rate in few characters: 950, 12.3k, 1.25M.
-fn human(rate: f64) -> String {
-    if rate >= 1e6 {
-        format!("{:.2}M", rate / 1e6)
-    } else if rate >= 1e3 {
-        format!("{:.1}k", rate / 1e3)
-    } else {
-        format!("{rate:.0}")
-    }
-}
 
 /// Throughput of one side of the run.
 pub struct Side {
@@ -247,6 +124,7 @@ impl Report {
             consume: Side::merge(consumers, shared.consumed.load(Ordering::Relaxed)),
             config: json!({
                 "broker": shared.broker.to_string(),
+                "protocol": args.protocol.name(),
                 "producers": args.producers,
                 "consumers": args.consumers,
                 "topics": args.topics,
@@ -326,6 +204,12 @@ impl Report {
                 side.messages_total
             );
         };
+        let _ = writeln!(
+            out,
+            "protocol {} (client {})",
+            args.protocol.name(),
+            format!("{:?}", args.client).to_lowercase()
+        );
         if args.warmup > 0.0 {
             let _ = writeln!(
                 out,

@@ -104,11 +104,8 @@ fn all_partitions(client: &mut Client, topic: &str) -> Result<Vec<u32>, String> 
     let found = metadata.topics.iter().find(|t| t.name == topic);
     match found {
         Some(t) if t.error == 0 => Ok((0..t.partitions.len() as u32).collect()),
-        Some(t) => Err(format!(
-            "topic {topic}: {}",
-            ErrorCode::from_u16(t.error).map_or("error", ErrorCode::name)
-        )),
-        None => Err(format!("topic {topic}: UnknownTopic")),
+        Some(t) => Err(super::topic_error(topic, t.error)),
+        None => Err(super::topic_error(topic, ErrorCode::UnknownTopic as u16)),
     }
 }
 

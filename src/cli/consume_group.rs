@@ -2,6 +2,8 @@
 //! partitions the broker assigns it and committing them, until stopped.
 
 use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::cli::consume::{ConsumeArgs, Position, Stop, output_error, write_batch};
@@ -34,19 +36,32 @@ pub fn run(args: &ConsumeArgs, group: &str) -> Result<(), String> {
     let mut config = GroupConfig::new(group, &[args.topic.as_str()]);
     config.client_id = String::from("pagurus-consume");
     config.session_timeout = Duration::from_millis(args.session_timeout_ms.into());
+    let (stop, signal) = stop_on_signals()?;
     let mut member = Member {
         consumer: GroupConsumer::new(client, config, reset, args.target.timeout() + wait),
         args,
+        stop,
         out: std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock()),
         printed: 0,
     };
     member.consumer.set_max_bytes(args.max_bytes);
     let outcome = member.consume(wait);
-    let Member { consumer, .. } = member;
+    let Member {
+        consumer, printed, ..
+    } = member;
     // Commit what was printed and leave, so the others take the partitions at once.
     let closed = consumer
         .close()
         .map_err(|e| format!("leaving group {group}: {}", describe(&e)));
+    let signal = signal.load(Ordering::Relaxed);
+    if signal != 0 && outcome.is_ok() {
+        closed?;
+        // As a shell reports a process killed by the signal, like an interrupted produce.
+        eprintln!(
+            "pagurus: interrupted: left group {group}; {printed} records printed, and committed"
+        );
+        std::process::exit(128 + signal as i32);
+    }
     match outcome {
         Err(Stop::OutputClosed) => Ok(()),
         Err(Stop::Failed(e)) => Err(e),
@@ -54,9 +69,33 @@ pub fn run(args: &ConsumeArgs, group: &str) -> Result<(), String> {
     }
 }
 
+/// A flag set by the first SIGINT (Ctrl-C) or SIGTERM, so the member stops after its
+/// current poll, commits and leaves the group: without that it would stay in the group
+/// until its session timed out, holding its partitions from the others and keeping
+/// `groups reset-offsets` and `groups delete` refused. A second signal ends the process at
+/// once (exit status 1), for a member stuck on an unresponsive broker. Also returns which
+/// signal came (0 for none).
+fn stop_on_signals() -> Result<(Arc<AtomicBool>, Arc<AtomicUsize>), String> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let stop = Arc::new(AtomicBool::new(false));
+    let which = Arc::new(AtomicUsize::new(0));
+    for signal in [SIGINT, SIGTERM] {
+        // Registered first, so it sees the flag as the first signal left it.
+        signal_hook::flag::register_conditional_shutdown(signal, 1, Arc::clone(&stop))
+            .and_then(|_| signal_hook::flag::register(signal, Arc::clone(&stop)))
+            .and_then(|_| {
+                signal_hook::flag::register_usize(signal, Arc::clone(&which), signal as usize)
+            })
+            .map_err(|e| format!("handling signal {signal}: {e}"))?;
+    }
+    Ok((stop, which))
+}
+
 struct Member<'a, W: Write> {
     consumer: GroupConsumer,
     args: &'a ConsumeArgs,
+    /// Set by SIGINT or SIGTERM: leave the group.
+    stop: Arc<AtomicBool>,
     out: W,
     printed: u64,
 }
@@ -64,6 +103,7 @@ struct Member<'a, W: Write> {
 impl<W: Write> Member<'_, W> {
     fn done(&self) -> bool {
         self.args.count.is_some_and(|count| self.printed >= count)
+            || self.stop.load(Ordering::Relaxed)
     }
 
     fn consume(&mut self, wait: Duration) -> Result<(), Stop> {

@@ -6,7 +6,7 @@ use serde_json::json;
 use crate::cli::{BrokerArgs, Output, describe, print_json, print_out, table};
 use crate::client::blocking::Client;
 use crate::client::consume::StartAt;
-use crate::protocol::native::GroupDescription;
+use crate::protocol::native::{GroupDescription, OffsetSpec};
 
 #[derive(Debug, Args)]
 pub struct GroupsArgs {
@@ -40,6 +40,8 @@ pub enum GroupsCommand {
         group: String,
     },
     /// Set the group's committed offsets of a topic (refused while the group has members).
+    /// An offset outside the log (before its start, past its end) is refused, and then no
+    /// partition's offset is set.
     ResetOffsets {
         /// Consumer group.
         group: String,
@@ -235,17 +237,31 @@ fn reset_offsets(
         None => (0..count).collect(),
     };
     let spec = to.spec().map_err(|e| describe(&e))?;
-    let mut rows = Vec::new();
+    // Every partition's offset is found (and an explicit one checked) before any is set,
+    // so a refusal leaves the group's offsets as they were.
+    let mut offsets = Vec::with_capacity(partitions.len());
     for partition in partitions {
-        let offset = match spec {
-            Err(offset) => offset,
-            Ok(spec) => client.list_offsets(topic, partition, spec).map_err(|e| {
+        let find = |client: &mut Client, spec| {
+            client.list_offsets(topic, partition, spec).map_err(|e| {
                 format!(
                     "finding the offset of {topic}/{partition}: {}",
                     describe(&e)
                 )
-            })?,
+            })
         };
+        let offset = match spec {
+            Ok(spec) => find(client, spec)?,
+            Err(offset) => {
+                let start = find(client, OffsetSpec::Earliest)?;
+                let end = find(client, OffsetSpec::Latest)?;
+                check_in_log(topic, partition, offset, start, end)?;
+                offset
+            }
+        };
+        offsets.push((partition, offset));
+    }
+    let mut rows = Vec::new();
+    for (partition, offset) in offsets {
         client
             .commit_offset(group, topic, partition, offset)
             .map_err(|e| {
@@ -261,4 +277,53 @@ fn reset_offsets(
         ]);
     }
     print_out(&table(&["TOPIC", "PARTITION", "COMMITTED"], &rows))
+}
+
+/// An explicit offset must lie in the log, from its start to its end (the next offset to
+/// be written, where a consumer waits for new records): one outside would make the group's
+/// consumers fail with `OffsetOutOfRange`, and a lag of 0 would hide that.
+fn check_in_log(
+    topic: &str,
+    partition: u32,
+    offset: u64,
+    start: u64,
+    end: u64,
+) -> Result<(), String> {
+    if (start..=end).contains(&offset) {
+        return Ok(());
+    }
+    let side = if offset > end {
+        "past the log end"
+    } else {
+        "before the log start"
+    };
+    Err(format!(
+        "offset {offset} is {side} of {topic}/{partition} (log start {start}, log end {end}); \
+         give an offset from {start} to {end}, or --to earliest, latest or @TIMESTAMP_MS; \
+         no offset was set"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_in_log;
+
+    #[test]
+    fn offsets_from_the_log_start_to_its_end_are_accepted() {
+        assert!(check_in_log("t", 0, 5, 5, 9).is_ok());
+        assert!(
+            check_in_log("t", 0, 9, 5, 9).is_ok(),
+            "the end: wait for new records"
+        );
+        let past = check_in_log("t", 0, 10, 5, 9).unwrap_err();
+        assert!(
+            past.contains("offset 10 is past the log end of t/0"),
+            "{past}"
+        );
+        let before = check_in_log("t", 1, 4, 5, 9).unwrap_err();
+        assert!(
+            before.contains("before the log start of t/1 (log start 5, log end 9)"),
+            "{before}"
+        );
+    }
 }

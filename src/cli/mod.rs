@@ -6,6 +6,7 @@ mod consume;
 mod consume_group;
 mod format;
 mod groups;
+mod io_buffers_log;
 mod log_limit;
 mod produce;
 mod profile;
@@ -18,6 +19,7 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::client::ClientError;
 use crate::client::blocking::Client;
+use crate::protocol::native::ErrorCode;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -26,7 +28,8 @@ use crate::client::blocking::Client;
     about = "A persistent, thread-per-core message broker"
 )]
 pub struct Cli {
-    /// Log level or filter (RUST_LOG syntax), e.g. info, debug, pagurus=trace.
+    /// Log level (error, warn, info, debug, trace, off) or filter (RUST_LOG syntax:
+    /// TARGET=LEVEL, comma-separated), e.g. debug, warn,pagurus::storage=trace.
     #[arg(
         long,
         global = true,
@@ -180,11 +183,10 @@ fn value_source(matches: &ArgMatches, id: &str) -> Option<clap::parser::ValueSou
 /// writes more than 50 warnings or errors a second (`log_limit`).
 fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
     use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
     let level_filter =
-        EnvFilter::try_new(level).map_err(|e| format!("invalid --log-level {level:?}: {e}"))?;
+        log_filter(level).map_err(|e| format!("invalid --log-level {level:?}: {e}"))?;
     let rust_log = std::env::var("RUST_LOG").ok().filter(|f| !f.is_empty());
-    let (filter, bad_rust_log) = match rust_log.map(|f| (EnvFilter::try_new(&f), f)) {
+    let (filter, bad_rust_log) = match rust_log.map(|f| (log_filter(&f), f)) {
         Some((Ok(filter), _)) => (filter, None),
         Some((Err(e), f)) => (level_filter, Some((f, e))),
         None => (level_filter, None),
@@ -196,24 +198,65 @@ fn init_logging(level: &str, format: LogFormat) -> Result<(), String> {
     let lines = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_thread_names(true);
+    use tracing_subscriber::filter::FilterExt;
     let registry = tracing_subscriber::registry().with(filter);
+    let filters = || io_buffers_log::GlommioBuffers.and(limit.clone());
     match format {
         LogFormat::Human => registry
             .with(
                 lines
                     .with_ansi(std::io::stderr().is_terminal())
-                    .with_filter(limit.clone()),
+                    .with_filter(filters()),
             )
             .init(),
-        LogFormat::Json => registry
-            .with(lines.json().with_filter(limit.clone()))
-            .init(),
+        LogFormat::Json => registry.with(lines.json().with_filter(filters())).init(),
     }
     limit.report_dropped();
     if let Some((value, error)) = bad_rust_log {
         tracing::warn!(rust_log = %value, %error, "RUST_LOG is not a valid filter; using --log-level");
     }
     Ok(())
+}
+
+/// The accepted forms of `--log-level`, for its error message.
+const LOG_LEVEL_FORMS: &str = "give a level (error, warn, info, debug, trace, off) or a filter: \
+comma-separated levels and TARGET=LEVEL directives (RUST_LOG syntax, \
+e.g. `warn,pagurus::server=debug`)";
+
+/// `--log-level` (or `RUST_LOG`) as a filter. EnvFilter reads a bare word that is not a
+/// level as a target to log at every level, so `warning` or `verbose` would silence every
+/// line of pagurus (whose targets start with `pagurus`) while looking accepted: each
+/// directive must be a level or name one (`TARGET=LEVEL`, or a `[span]` form).
+fn log_filter(text: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    use tracing_subscriber::filter::LevelFilter;
+    if text.trim().is_empty() {
+        return Err(format!("empty; {LOG_LEVEL_FORMS}"));
+    }
+    // Commas inside `[span{field=a,b}]` do not separate directives.
+    let mut depth = 0i32;
+    let mut start = 0;
+    let mut directives = Vec::new();
+    for (i, c) in text.char_indices() {
+        match c {
+            '[' | '{' => depth += 1,
+            ']' | '}' => depth -= 1,
+            ',' if depth == 0 => {
+                directives.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    directives.push(&text[start..]);
+    for directive in directives.iter().map(|d| d.trim()) {
+        let names_level = directive.contains('=') || directive.contains('[');
+        if !directive.is_empty() && !names_level && directive.parse::<LevelFilter>().is_err() {
+            return Err(format!(
+                "{directive:?} is not a level (a bare name would enable only that target); {LOG_LEVEL_FORMS}"
+            ));
+        }
+    }
+    tracing_subscriber::EnvFilter::try_new(text).map_err(|e| format!("{e}; {LOG_LEVEL_FORMS}"))
 }
 
 /// Broker address the client subcommands use unless told otherwise.
@@ -297,14 +340,23 @@ fn connect(broker: &str, timeout: Duration, read_timeout: Duration) -> Result<Cl
     Ok(client)
 }
 
-/// Whether an error means the connection is gone (the broker stopped or restarted), so a
-/// new connection may succeed; a broker's answer or a timeout is not.
+/// Whether an error means the connection is gone or going (the broker stopped, restarted
+/// or is stopping), so a new connection may succeed; another answer of the broker, or a
+/// timeout, is not.
 fn connection_lost(e: &ClientError) -> bool {
     use std::io::ErrorKind::*;
-    matches!(e, ClientError::Io(io) if matches!(
-        io.kind(),
-        UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | ConnectionRefused | NotConnected
-    ))
+    broker_stopping(e)
+        || matches!(e, ClientError::Io(io) if matches!(
+            io.kind(),
+            UnexpectedEof | ConnectionReset | ConnectionAborted | BrokenPipe | ConnectionRefused | NotConnected
+        ))
+}
+
+/// `ShuttingDown`: a broker in a clean stop refused the request (it closed the partition,
+/// or the core that owns it stopped) and stored nothing of it; it closes the connection
+/// once it has answered what it read.
+fn broker_stopping(e: &ClientError) -> bool {
+    e.code() == Some(crate::protocol::native::ErrorCode::ShuttingDown)
 }
 
 /// How long `produce` and `consume` keep trying to reconnect after losing the broker.
@@ -362,6 +414,23 @@ fn reconnect(
     }
 }
 
+/// On SIGINT (Ctrl-C) or SIGTERM, writes `summary()` to stderr and exits with 128 + the
+/// signal, as a shell reports a process killed by it: a client interrupted mid-run still
+/// says what the broker confirmed. The main thread may be blocked in a read (of stdin, of an
+/// answer), so the line comes from a thread of its own.
+fn on_interrupt(summary: impl Fn() -> String + Send + 'static) {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM]) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            eprintln!("pagurus: interrupted: {}", summary());
+            std::process::exit(128 + signal);
+        }
+    });
+}
+
 /// One line for a client error; a read timeout says so instead of "resource unavailable".
 fn describe(e: &ClientError) -> String {
     match e {
@@ -376,8 +445,25 @@ fn describe(e: &ClientError) -> String {
         ClientError::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
             String::from("the broker closed the connection")
         }
+        // An error that was described once already and carried on in an I/O error (a lost
+        // connection passed to `reconnect`) keeps its one "I/O error: ".
+        ClientError::Io(io) => {
+            let text = io.to_string();
+            format!(
+                "I/O error: {}",
+                text.strip_prefix("I/O error: ").unwrap_or(&text)
+            )
+        }
         other => other.to_string(),
     }
+}
+
+/// A topic's error code from the metadata, worded as the broker's answers are
+/// (`broker answered UnknownTopic (10)`), so a topic missing reads the same from every
+/// subcommand.
+fn topic_error(topic: &str, code: u16) -> String {
+    let name = ErrorCode::from_u16(code).map_or("Unknown", ErrorCode::name);
+    format!("topic {topic}: broker answered {name} ({code})")
 }
 
 /// Writes `text` to stdout; a reader that went away (`| head`) is not an error.

@@ -5,8 +5,11 @@
 //! A lost connection (the broker stopped or restarted) is re-established for up to
 //! `--reconnect-ms`; the batches that were in flight then are sent again, because the
 //! broker may or may not have stored them: delivery is at least once, and such a batch can
-//! be stored twice. Nothing read is dropped silently: a failure says how many records were
-//! acknowledged and how many were in doubt.
+//! be stored twice. A broker in a clean stop answers `ShuttingDown` to a batch it did not
+//! store; the producer then collects the answers to the batches sent after it (a stopping
+//! broker answers every request it read), and sends again only the refused and unanswered
+//! ones on a new connection, so a clean stop stores nothing twice. Nothing read is dropped
+//! silently: a failure says how many records were acknowledged and how many were in doubt.
 
 use std::collections::VecDeque;
 use std::io::BufRead;
@@ -15,7 +18,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 
-use crate::cli::{BrokerArgs, ReconnectArgs, connection_lost, describe, reconnect};
+use crate::cli::{
+    BrokerArgs, ReconnectArgs, broker_stopping, connection_lost, describe, on_interrupt, reconnect,
+};
 use crate::client::ClientError;
 use crate::client::blocking::Client;
 use crate::client::produce::{Accumulator, BatchLimits, ProduceFrame};
@@ -33,7 +38,8 @@ pub struct ProduceArgs {
     #[arg(long, conflicts_with = "key_separator")]
     pub key: Option<String>,
     /// Read each line as KEY<SEP>VALUE (split at the first SEP); a line without SEP has an
-    /// empty key. A batch has one key, so records are batched per key.
+    /// empty key. A batch has one key, so a change of key on a partition starts a new
+    /// batch; each partition keeps the input order.
     #[arg(long, value_name = "SEP", conflicts_with = "count")]
     pub key_separator: Option<String>,
     /// Generate this many records instead of reading lines from stdin.
@@ -65,11 +71,21 @@ pub struct ProduceArgs {
     pub reconnect: ReconnectArgs,
 }
 
-/// Open batches at most (one per key and partition): past it, all are sent, so a stream of
-/// distinct keys cannot make the producer hold an unbounded number of batches.
+/// Open batches at most (one per partition): past it, all are sent, so a topic with very
+/// many partitions cannot make the producer hold an unbounded number of batches.
 const OPEN_BATCHES_MAX: usize = 1024;
 
+/// Records acknowledged so far, for the line a Ctrl-C'd run writes.
+static ACKED_RECORDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 pub fn run(args: ProduceArgs) -> Result<(), String> {
+    let topic = args.topic.clone();
+    on_interrupt(move || {
+        let acked = ACKED_RECORDS.load(std::sync::atomic::Ordering::Relaxed);
+        format!(
+            "{acked} records acknowledged to {topic}; any sent after them may or may not be stored"
+        )
+    });
     let mut client = args.target.connect(Duration::ZERO)?;
     let partitions = match args.partition {
         Some(_) => 1,
@@ -89,6 +105,8 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
         acked_records: 0,
         acked_batches: 0,
         resent_batches: 0,
+        refused_batches: 0,
+        retried_batches: 0,
         partitions_written: std::collections::BTreeSet::new(),
         offsets: None,
     };
@@ -122,14 +140,19 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
         _ => String::from("*"),
     };
     let plural = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
-    let resent = if producer.resent_batches > 0 {
-        format!(
+    let mut resent = String::new();
+    if producer.retried_batches > 0 {
+        resent.push_str(&format!(
+            "; {} not stored by the stopping broker sent again",
+            plural(producer.retried_batches, "batch", "batches")
+        ));
+    }
+    if producer.resent_batches > 0 {
+        resent.push_str(&format!(
             "; {} re-sent after reconnecting (may be stored twice)",
             plural(producer.resent_batches, "batch", "batches")
-        )
-    } else {
-        String::new()
-    };
+        ));
+    }
     eprintln!(
         "produced {} in {} to {}/{partition}: {offsets}, {:.3} s, {rate:.0} records/s{resent}",
         plural(producer.acked_records, "record", "records"),
@@ -264,7 +287,12 @@ struct Producer<'a> {
     pending: VecDeque<(u32, ProduceFrame)>,
     acked_records: u64,
     acked_batches: u64,
+    /// Batches sent again after a lost connection: they may be stored twice.
     resent_batches: u64,
+    /// Oldest batches in flight known refused (`ShuttingDown`), not yet sent again.
+    refused_batches: u64,
+    /// Batches sent again after a `ShuttingDown`: stored once.
+    retried_batches: u64,
     partitions_written: std::collections::BTreeSet<u32>,
     /// First and last offset acknowledged (meaningful for one partition).
     offsets: Option<(u64, u64)>,
@@ -329,11 +357,41 @@ impl Producer<'_> {
             };
             match self.client.expect(*correlation_id) {
                 Ok(()) => break,
+                Err(e) if broker_stopping(&e) => {
+                    self.settle_refused()?;
+                    self.reconnect(&e)?;
+                }
                 Err(e) if connection_lost(&e) => self.reconnect(&e)?,
                 Err(e) => return Err(describe(&e)),
             }
         }
         let (_, frame) = self.pending.pop_front().expect("checked above");
+        self.acknowledged(frame)
+    }
+
+    /// After the oldest batch in flight was refused with `ShuttingDown`: reads the answers
+    /// to the batches sent after it, keeping those refused too or left unanswered when the
+    /// broker closes the connection, so only they are sent again. A batch that was stored
+    /// must not be: it would be stored twice.
+    fn settle_refused(&mut self) -> Result<(), String> {
+        let mut at = 1;
+        while at < self.pending.len() {
+            match self.client.expect(self.pending[at].0) {
+                Ok(()) => {
+                    let (_, frame) = self.pending.remove(at).expect("in range");
+                    self.acknowledged(frame)?;
+                }
+                Err(e) if broker_stopping(&e) => at += 1,
+                Err(e) if connection_lost(&e) => break,
+                Err(e) => return Err(describe(&e)),
+            }
+        }
+        self.refused_batches += self.pending.len() as u64;
+        Ok(())
+    }
+
+    /// Counts a batch the broker acknowledged (its answer is the client's last reply).
+    fn acknowledged(&mut self, frame: ProduceFrame) -> Result<(), String> {
         let (base, next) = self.client.reply().produced().map_err(|e| describe(&e))?;
         let last = next.saturating_sub(1);
         self.offsets = Some(match self.offsets {
@@ -342,6 +400,7 @@ impl Producer<'_> {
         });
         self.partitions_written.insert(frame.partition());
         self.acked_records += u64::from(frame.records());
+        ACKED_RECORDS.store(self.acked_records, std::sync::atomic::Ordering::Relaxed);
         self.acked_batches += 1;
         self.accumulator.recycle(frame);
         Ok(())
@@ -350,21 +409,17 @@ impl Producer<'_> {
     /// A new connection, on which every batch in flight is sent again (the broker may or
     /// may not have stored it before the connection was lost).
     fn reconnect(&mut self, why: &ClientError) -> Result<(), String> {
-        let mut why = describe(why);
+        let (target, retry) = (&self.args.target, &self.args.reconnect);
+        // The error itself goes to `reconnect`, so its message names what happened (a
+        // reset, `ShuttingDown`) without an "I/O error" wrapped around it.
+        let mut client = reconnect(target, retry, Duration::ZERO, why)?;
         loop {
-            let lost = ClientError::Io(std::io::Error::new(
-                std::io::ErrorKind::ConnectionReset,
-                why.clone(),
-            ));
-            self.client = reconnect(
-                &self.args.target,
-                &self.args.reconnect,
-                Duration::ZERO,
-                &lost,
-            )?;
+            self.client = client;
             match self.resend() {
                 Ok(()) => return Ok(()),
-                Err(e) if connection_lost(&e) => why = describe(&e),
+                Err(e) if connection_lost(&e) => {
+                    client = reconnect(target, retry, Duration::ZERO, &e)?;
+                }
                 Err(e) => return Err(describe(&e)),
             }
         }
@@ -373,8 +428,12 @@ impl Producer<'_> {
     fn resend(&mut self) -> Result<(), ClientError> {
         for (correlation_id, frame) in self.pending.iter_mut() {
             *correlation_id = self.client.send_frame(frame, 0)?;
-            self.resent_batches += 1;
         }
+        // Those known refused were not stored; the others may have been.
+        let sent = self.pending.len() as u64;
+        let refused = std::mem::take(&mut self.refused_batches).min(sent);
+        self.resent_batches += sent - refused;
+        self.retried_batches += refused;
         Ok(())
     }
 

@@ -188,7 +188,7 @@ fn check_memlock(cores: usize) -> Result<(), String> {
     let Ok((soft, _hard)) = getrlimit(Resource::RLIMIT_MEMLOCK) else {
         return Ok(());
     };
-    let raise = "raise it with `ulimit -l unlimited` in the shell or `LimitMEMLOCK=infinity` in the systemd unit";
+    let raise = super::io_buffers_log::RAISE;
     if soft < MEMLOCK_BYTES_MIN {
         return Err(format!(
             "the locked-memory limit is {} KiB, under the {} KiB io_uring needs: {raise}",
@@ -198,6 +198,8 @@ fn check_memlock(cores: usize) -> Result<(), String> {
     }
     let wanted = MEMLOCK_BYTES_PER_CORE.saturating_mul(cores as u64);
     if soft < wanted && !nix::unistd::geteuid().is_root() {
+        // glommio's own warnings of the failed registration are then dropped (one per core).
+        super::io_buffers_log::WARNED.store(true, std::sync::atomic::Ordering::Release);
         tracing::warn!(
             limit_kib = soft / 1024,
             wanted_kib = wanted / 1024,
@@ -226,6 +228,17 @@ fn probe_ports(config: &BrokerConfig, cores: usize) -> Result<(), String> {
         if target.ip().is_unspecified() {
             target.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
         }
+        if std::net::TcpStream::connect_timeout(&target, PROBE_TIMEOUT).is_err() {
+            continue;
+        }
+        // A live process that holds the listening socket: refused at once, naming it.
+        if let Listener::Process(pid) = listener(addr.port()) {
+            let name = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            return Err(format!(
+                "cannot listen on {addr}: address in use by another process (pid {pid} {})",
+                name.trim()
+            ));
+        }
         if !still_accepting(target) {
             continue;
         }
@@ -236,10 +249,67 @@ fn probe_ports(config: &BrokerConfig, cores: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Who holds the listening TCP sockets on a port.
+#[derive(Debug, PartialEq, Eq)]
+enum Listener {
+    /// This process (its id) holds one in a descriptor.
+    Process(u32),
+    /// No process that could be read holds one: a killed broker's sockets, or another
+    /// user's process whose descriptors cannot be read.
+    Unknown,
+}
+
+/// The process holding a listening socket on `port`: its inode from /proc/net/tcp and
+/// tcp6, then the `socket:[INODE]` link among the descriptors of /proc/*/fd.
+fn listener(port: u16) -> Listener {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let listening = fields.get(3) == Some(&"0A");
+            let on_port = fields
+                .get(1)
+                .and_then(|local| local.rsplit_once(':'))
+                .and_then(|(_, hex)| u16::from_str_radix(hex, 16).ok())
+                == Some(port);
+            if let (true, true, Some(inode)) = (listening, on_port, fields.get(9)) {
+                inodes.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    if inodes.is_empty() {
+        return Listener::Unknown;
+    }
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return Listener::Unknown;
+    };
+    for process in processes.flatten() {
+        let Some(pid) = process.file_name().to_str().and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(process.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let link = std::fs::read_link(fd.path()).unwrap_or_default();
+            if inodes.iter().any(|i| link.as_os_str() == i.as_str()) {
+                return Listener::Process(pid);
+            }
+        }
+    }
+    Listener::Unknown
+}
+
 /// Whether something keeps accepting connections on `target` for `PROBE_SETTLE`. A killed
 /// broker's listening sockets outlive its process for a moment (the kernel tears down its
-/// io_uring instances asynchronously, and they hold the sockets), so one successful connect
-/// is not yet another process: a restart right after `kill -9` must not be refused.
+/// io_uring instances asynchronously, and they hold the sockets, in no process's
+/// descriptors), so a listener no process holds is not yet another process: a restart right
+/// after `kill -9` must not be refused. (A live process is found by [`listener`] at once;
+/// this wait is for the rest, another user's process among them.)
 fn still_accepting(target: std::net::SocketAddr) -> bool {
     let deadline = std::time::Instant::now() + PROBE_SETTLE;
     loop {

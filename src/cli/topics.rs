@@ -131,11 +131,7 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
             let metadata = client.metadata(&names).map_err(|e| describe(&e))?;
             if let Some(unknown) = metadata.topics.iter().find(|t| t.error != 0) {
-                return Err(format!(
-                    "topic {}: {}",
-                    unknown.name,
-                    ErrorCode::from_u16(unknown.error).map_or("error", ErrorCode::name)
-                ));
+                return Err(super::topic_error(&unknown.name, unknown.error));
             }
             match output {
                 Output::Text => {
@@ -158,11 +154,13 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
                 Some(p) => vec![p],
                 None => {
                     let metadata = client.metadata(&[&name]).map_err(|e| describe(&e))?;
-                    let topic = metadata
-                        .topics
-                        .first()
-                        .filter(|t| t.error == 0)
-                        .ok_or_else(|| format!("topic {name}: unknown topic"))?;
+                    let topic = match metadata.topics.first() {
+                        Some(t) if t.error == 0 => t,
+                        Some(t) => return Err(super::topic_error(&name, t.error)),
+                        None => {
+                            return Err(super::topic_error(&name, ErrorCode::UnknownTopic as u16));
+                        }
+                    };
                     (0..topic.partitions.len() as u32).collect()
                 }
             };

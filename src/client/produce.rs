@@ -168,13 +168,14 @@ struct Sticky {
     partitions: u32,
 }
 
-/// Open batches, one per (topic, partition, key), and the batches ready to send, in the
+/// Open batches, at most one per (topic, partition), and the batches ready to send, in the
 /// order they closed.
 ///
 /// A batch has one key (the header's; compaction keeps the newest batch per key), so
-/// records with different keys never share a batch: records of one key keep their order,
-/// records of different keys on one partition may be sent in another order than they were
-/// added.
+/// records with different keys never share a batch. A record whose key differs from the
+/// open batch of its partition closes that batch first: batches close, and are sent, in the
+/// order their records were added, so every partition gets its records in input order (as
+/// Kafka producers keep it). Interleaved keys therefore make small batches.
 #[derive(Debug)]
 pub struct Accumulator {
     limits: BatchLimits,
@@ -229,15 +230,18 @@ impl Accumulator {
         }
     }
 
-    /// Adds a record to its batch, closing batches that are full.
+    /// Adds a record to its partition's open batch, closing that batch first when the
+    /// record's key differs or the record would not fit, and after it when it is full.
     pub fn push(&mut self, topic: &str, partition: u32, key: &[u8], value: &[u8], now: Instant) {
-        let found = self.open.iter().position(|o| {
-            o.frame.partition() == partition && o.topic == topic && o.frame.key() == key
-        });
+        let found = self
+            .open
+            .iter()
+            .position(|o| o.frame.partition() == partition && o.topic == topic);
         let at = match found {
             Some(at)
-                if self.open[at].frame.payload_bytes() + 4 + value.len()
-                    <= self.limits.bytes_max =>
+                if self.open[at].frame.key() == key
+                    && self.open[at].frame.payload_bytes() + 4 + value.len()
+                        <= self.limits.bytes_max =>
             {
                 at
             }
@@ -319,7 +323,7 @@ impl Accumulator {
         !self.ready.is_empty()
     }
 
-    /// Batches open (one per topic, partition and key with records waiting).
+    /// Batches open (one per topic and partition with records waiting).
     pub fn open_batches(&self) -> usize {
         self.open.len()
     }
@@ -435,14 +439,33 @@ mod tests {
         assert_eq!(p, key_partition(b"user-1", 8));
         assert_eq!(acc.partition_for("t", b"user-1", 8), p, "stable");
         acc.push("t", p, b"user-1", b"a", t0);
-        acc.push("t", p, b"user-2", b"b", t0);
-        acc.push("t", p, b"user-1", b"c", t0);
+        acc.push("t", p, b"user-1", b"b", t0);
+        acc.push("t", p, b"user-2", b"c", t0);
+        acc.push("t", p, b"user-1", b"d", t0);
         acc.close_all();
-        let mut keys: Vec<(Vec<u8>, u32)> = std::iter::from_fn(|| acc.pop_ready())
+        let keys: Vec<(Vec<u8>, u32)> = std::iter::from_fn(|| acc.pop_ready())
             .map(|f| (f.key().to_vec(), f.records()))
             .collect();
-        keys.sort();
-        assert_eq!(keys, vec![(b"user-1".to_vec(), 2), (b"user-2".to_vec(), 1)]);
+        assert_eq!(
+            keys,
+            vec![
+                (b"user-1".to_vec(), 2),
+                (b"user-2".to_vec(), 1),
+                (b"user-1".to_vec(), 1)
+            ],
+            "a key change closes the batch, so the partition keeps the input order"
+        );
+        // Other partitions' batches stay open meanwhile.
+        acc.push("t", 0, b"k", b"x", t0);
+        acc.push("t", 1, b"j", b"y", t0);
+        acc.push("t", 0, b"k", b"z", t0);
+        assert_eq!(acc.open_batches(), 2);
+        acc.close_all();
+        let mut sizes: Vec<(u32, u32)> = std::iter::from_fn(|| acc.pop_ready())
+            .map(|f| (f.partition(), f.records()))
+            .collect();
+        sizes.sort();
+        assert_eq!(sizes, vec![(0, 2), (1, 1)]);
         // Unkeyed records move to the next partition each time a batch closes.
         let first = acc.partition_for("u", b"", 3);
         acc.push("u", first, b"", b"x", t0);

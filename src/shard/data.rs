@@ -5,7 +5,8 @@
 //! request order: [`Shard::start_produce`] stages the batches (local owner) or sends the
 //! call (remote owner) before the next request is read, and [`Shard::finish_produce`]
 //! waits for the acknowledgement. The append's metrics (batches, records and bytes in, bad
-//! batches) are counted once, by [`stage_all`], on the core that owns the partition.
+//! batches) are counted once, by [`staging`](crate::shard::staging), on the core that owns
+//! the partition.
 
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -17,13 +18,14 @@ use tracing::warn;
 
 use crate::metrics::counters::Metrics;
 use crate::protocol::native::{ErrorCode, OffsetSpec, ProduceBatches};
-use crate::protocol::record::{self, BatchTrust};
+use crate::protocol::record;
 use crate::shard::admin::check_partition;
 use crate::shard::calls::{
     Fetch, ListOffsets, PartitionState, PartitionStates, Produce, Produced, Run, SendPlan,
 };
-use crate::shard::idempotence::IdempotentBatch;
+use crate::shard::idempotence::{IdempotentBatch, Settle};
 use crate::shard::mesh::InFlight;
+use crate::shard::staging::{stage_all, stage_one};
 use crate::shard::topics::TopicMeta;
 use crate::shard::{Failure, Shard};
 use crate::storage::{PartitionLog, StorageError, Ticket};
@@ -70,6 +72,8 @@ enum InFlightState {
         log: Rc<PartitionLog>,
         base_offset: u64,
         last: Ticket,
+        /// An idempotent producer's batches, settled once the commit ends.
+        settle: Option<Settle>,
     },
     /// Sent to the owner core; dropping it forgets the call.
     Remote(InFlight<Produce>),
@@ -120,6 +124,7 @@ impl Shard {
                     format!("topic {} is being deleted", meta.name),
                 ));
             };
+            let mut settle = None;
             let (base_offset, last) = match batches {
                 Batches::Checked(batches) => {
                     stage_all(&log, batches, BatchSource::Client, &self.metrics).await?
@@ -129,8 +134,11 @@ impl Shard {
                     producers: [],
                 } => stage_all(&log, batches, BatchSource::Kafka, &self.metrics).await?,
                 Batches::Kafka { batches, producers } => {
-                    self.stage_idempotent(&log, &meta.name, partition, batches, producers)
-                        .await?
+                    let (base_offset, last, staged) = self
+                        .stage_idempotent(&log, &meta.name, partition, batches, producers)
+                        .await?;
+                    settle = Some(staged);
+                    (base_offset, last)
                 }
                 Batches::Single(batch) => stage_one(&log, batch, &self.metrics).await?,
             };
@@ -143,6 +151,7 @@ impl Shard {
                     log,
                     base_offset,
                     last,
+                    settle,
                 },
             });
         }
@@ -202,8 +211,13 @@ impl Shard {
                 log,
                 base_offset,
                 last,
+                settle,
             } => {
-                log.commit(last).await?;
+                let committed = log.commit(last).await;
+                if let Some(settle) = settle {
+                    settle.settle(&log);
+                }
+                committed?;
                 Produced {
                     base_offset,
                     next_offset: last.end_offset,
@@ -411,8 +425,12 @@ impl Shard {
 
 impl Run for Produce {
     async fn run(self, shard: &Rc<Shard>) -> Result<Produced, Failure> {
-        let (log, base_offset, last) = shard.stage_produce(&self).await?;
-        log.commit(last).await?;
+        let (log, base_offset, last, settle) = shard.stage_produce(&self).await?;
+        let committed = log.commit(last).await;
+        if let Some(settle) = settle {
+            settle.settle(&log);
+        }
+        committed?;
         Ok(Produced {
             base_offset,
             next_offset: last.end_offset,
@@ -425,23 +443,25 @@ impl Shard {
     pub(crate) async fn stage_produce(
         &self,
         produce: &Produce,
-    ) -> Result<(Rc<PartitionLog>, u64, Ticket), Failure> {
+    ) -> Result<(Rc<PartitionLog>, u64, Ticket, Option<Settle>), Failure> {
         let log = self.owned_log(&produce.topic, produce.partition)?;
         let limits = self.config.log.limits;
         let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
-        let (base_offset, last) = if produce.producers.is_empty() {
-            stage_all(&log, batches, produce.source, &self.metrics).await?
-        } else {
-            self.stage_idempotent(
+        if produce.producers.is_empty() {
+            let (base_offset, last) =
+                stage_all(&log, batches, produce.source, &self.metrics).await?;
+            return Ok((log, base_offset, last, None));
+        }
+        let (base_offset, last, settle) = self
+            .stage_idempotent(
                 &log,
                 &produce.topic,
                 produce.partition,
                 batches,
                 &produce.producers,
             )
-            .await?
-        };
-        Ok((log, base_offset, last))
+            .await?;
+        Ok((log, base_offset, last, Some(settle)))
     }
 }
 
@@ -487,71 +507,4 @@ impl Run for PartitionStates {
             })
             .collect())
     }
-}
-
-/// Stages one batch whose CRC the broker computes (HermitMQ v1), counting it like
-/// [`stage_all`].
-async fn stage_one(
-    log: &Rc<PartitionLog>,
-    batch: &[u8],
-    metrics: &Metrics,
-) -> Result<(u64, Ticket), Failure> {
-    let ticket = log.stage(batch, None).await.inspect_err(|e| {
-        if matches!(e, StorageError::BadBatch(_)) {
-            Metrics::inc(&metrics.bad_batches);
-        }
-    })?;
-    Metrics::inc(&metrics.batches_in);
-    Metrics::add(&metrics.records_in, ticket.end_offset - ticket.base_offset);
-    Metrics::add(&metrics.bytes_in, batch.len() as u64);
-    Ok((ticket.base_offset, ticket))
-}
-
-/// Stages every batch of a produce request on `log` as one contiguous run (all validated,
-/// CRCs included, before any is staged: a request is stored whole or not at all, so a
-/// client retrying an error never duplicates part of it). Returns the first offset and the
-/// last batch's ticket; committing it commits them all.
-pub async fn stage_all(
-    log: &Rc<PartitionLog>,
-    batches: ProduceBatches<'_>,
-    source: BatchSource,
-    metrics: &Metrics,
-) -> Result<(u64, Ticket), Failure> {
-    let staged = match source {
-        BatchSource::Client if batches.count == 1 => {
-            let (crc, batch) = batches.iter().next().expect("one batch");
-            log.stage(batch, Some(crc))
-                .await
-                .map(|t| (t.base_offset, t))
-        }
-        BatchSource::Client => {
-            log.stage_many(
-                batches
-                    .iter()
-                    .map(|(crc, batch)| (BatchTrust::ProducerCrc(crc), batch)),
-            )
-            .await
-        }
-        BatchSource::Kafka => {
-            log.stage_many(
-                batches
-                    .iter()
-                    .map(|(_, batch)| (BatchTrust::KafkaChecked, batch)),
-            )
-            .await
-        }
-    };
-    let staged = staged.inspect_err(|e| {
-        if matches!(e, StorageError::BadBatch(_)) {
-            Metrics::inc(&metrics.bad_batches);
-        }
-    })?;
-    metrics
-        .batches_in
-        .set(metrics.batches_in.get() + u64::from(batches.count));
-    Metrics::add(&metrics.records_in, staged.1.end_offset - staged.0);
-    metrics.bytes_in.set(
-        metrics.bytes_in.get() + batches.as_bytes().len() as u64 - 4 * u64::from(batches.count),
-    );
-    Ok(staged)
 }

@@ -3,6 +3,14 @@
 //! a per-partition lock so that a check and the staging it allows are never interleaved
 //! with another request's (staging can wait for a segment roll).
 //!
+//! A remembered batch keeps its log ticket until the log says it is stored; before each
+//! check the producer's batches are settled against the log, and each commit settles its
+//! own as soon as it ends, so a batch whose write failed is forgotten (with every later one
+//! of its producer) and its retry is stored again rather than answered with offsets that
+//! other batches now hold. The check is repeated right before staging (a write can fail
+//! while staging waits for a roll). docs/KAFKA.md, "Idempotent producers and failed
+//! writes", has the table.
+//!
 //! A partition's table is built on its first idempotent produce since the start, from the
 //! Kafka batches stored in its last two segments (each RecordBatch header carries producer
 //! id, epoch and sequences), so a retry that crosses a broker restart is still recognised.
@@ -22,8 +30,8 @@ use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::batch;
 use crate::protocol::native::{ErrorCode, ProduceBatches};
 use crate::protocol::record::{self, BatchFormat};
-use crate::shard::data::{BatchSource, stage_all};
-use crate::shard::producers::{ProducerBatch, ProducerTable, SequenceError, Verdict};
+use crate::shard::producers::{ProducerBatch, ProducerTable, SequenceError, Settlement, Verdict};
+use crate::shard::staging::stage_kafka_admitted;
 use crate::shard::{Failure, Shard};
 use crate::storage::index::IndexEntry;
 use crate::storage::{PartitionLog, StorageError, Ticket};
@@ -44,11 +52,35 @@ pub struct IdempotentBatch {
 /// RecordBatch header.
 const STORED_HEADERS_LEN: usize = record::HEADER_LEN + batch::HEADER_LEN;
 
+type Table = ProducerTable<Ticket>;
+
 /// One partition's table (`None` until built from the log, under the lock) and the lock
 /// held from check to record.
 struct Partition {
-    table: RefCell<Option<ProducerTable>>,
+    table: RefCell<Option<Table>>,
     lock: glommio::sync::Semaphore,
+}
+
+impl Partition {
+    /// Settles `producers`' batches against `log` (see [`ProducerTable::settle`]).
+    fn settle(&self, log: &PartitionLog, producers: impl Iterator<Item = i64>) {
+        let mut guard = self.table.borrow_mut();
+        let Some(table) = guard.as_mut() else { return };
+        for producer_id in producers {
+            table.settle(producer_id, |ticket| settlement(log, ticket));
+        }
+    }
+}
+
+/// What the log says of a staged batch.
+fn settlement(log: &PartitionLog, ticket: &Ticket) -> Settlement {
+    match log.is_committed(ticket) {
+        Ok(true) => Settlement::Stored,
+        Ok(false) => Settlement::Pending,
+        // Rolled back, or the partition fenced: recovery at the next start keeps only what
+        // was acknowledged, and rebuilds the table from it.
+        Err(_) => Settlement::Lost,
+    }
 }
 
 /// The tables of the partitions this core owns, made on first use.
@@ -64,10 +96,24 @@ impl Producers {
     }
 }
 
+/// Settles an idempotent produce's batches once its commit has ended, whichever way: held
+/// by the produce in flight, used by [`Settle::settle`].
+pub struct Settle {
+    partition: Rc<Partition>,
+    producer_ids: Vec<i64>,
+}
+
+impl Settle {
+    pub fn settle(self, log: &PartitionLog) {
+        self.partition.settle(log, self.producer_ids.into_iter());
+    }
+}
+
 impl Shard {
     /// Stages an idempotent producer's batches: retries of remembered batches are answered
-    /// with their offsets and not stored again; out-of-sequence batches and older epochs
-    /// are refused; the rest are staged as one run and remembered.
+    /// with their offsets (and the original's ticket while it is in flight) and not stored
+    /// again; out-of-sequence batches and older epochs are refused; the rest are staged as
+    /// one run and remembered with their tickets.
     pub(crate) async fn stage_idempotent(
         &self,
         log: &Rc<PartitionLog>,
@@ -75,7 +121,7 @@ impl Shard {
         partition: u32,
         batches: ProduceBatches<'_>,
         producers: &[IdempotentBatch],
-    ) -> Result<(u64, Ticket), Failure> {
+    ) -> Result<(u64, Ticket, Settle), Failure> {
         let state = self.producer_partition(topic, partition);
         let _held = state
             .lock
@@ -86,36 +132,54 @@ impl Shard {
             let table = rebuild(log, &self.metrics).await;
             *state.table.borrow_mut() = Some(table);
         }
-        // A request's batches against a copy, in order: each must follow the previous.
-        let mut trial = state.table.borrow().clone().expect("built above");
-        let mut duplicate = None;
-        for (i, b) in producers.iter().enumerate() {
-            match trial.check(&b.producer).map_err(sequence_failure)? {
-                Verdict::Duplicate { base_offset } if producers.len() == 1 => {
-                    duplicate = Some((base_offset, base_offset + b.offsets));
-                }
-                Verdict::Duplicate { .. } => {
-                    return Err(Failure::new(
-                        ErrorCode::OutOfOrderSequence,
-                        format!("batch {i} of a multi-batch request repeats a stored batch"),
-                    ));
-                }
-                Verdict::Append => trial.record(&b.producer, 0),
+        let run: Vec<ProducerBatch> = producers.iter().map(|b| b.producer).collect();
+        let mut producer_ids: Vec<i64> = run.iter().map(|b| b.producer_id).collect();
+        producer_ids.dedup();
+        let settle = Settle {
+            partition: Rc::clone(&state),
+            producer_ids,
+        };
+        let check = || {
+            state.settle(log, settle.producer_ids.iter().copied());
+            let guard = state.table.borrow();
+            guard
+                .as_ref()
+                .expect("built above")
+                .check_run(&run)
+                .map_err(sequence_failure)
+        };
+        if let Verdict::Duplicate {
+            base_offset,
+            staged,
+        } = check()?
+        {
+            let end = base_offset + producers[0].offsets;
+            let ticket = staged.unwrap_or_else(|| log.ticket_for_staged(base_offset, end));
+            return Ok((base_offset, ticket, settle));
+        }
+        // Under the lock nothing else records a batch, so the verdict can only have turned
+        // into a refusal (a batch this run follows was lost meanwhile), never a retry.
+        let admit = || match check()? {
+            Verdict::Append => Ok(()),
+            Verdict::Duplicate { .. } => {
+                debug_assert!(false, "a retry appeared under the partition's lock");
+                Err(Failure::new(
+                    ErrorCode::OutOfOrderSequence,
+                    "the batch became a retry while it was staged",
+                ))
             }
-        }
-        if let Some((base, end)) = duplicate {
-            return Ok((base, log.ticket_for_staged(base, end)));
-        }
-        let (base_offset, last) =
-            stage_all(log, batches, BatchSource::Kafka, &self.metrics).await?;
+        };
+        let (base_offset, last) = stage_kafka_admitted(log, batches, &self.metrics, admit).await?;
         let mut guard = state.table.borrow_mut();
         let table = guard.as_mut().expect("built above");
         let mut at = base_offset;
         for b in producers {
-            table.record(&b.producer, at);
+            let ticket = log.ticket_within(&last, at, at + b.offsets);
+            table.record(&b.producer, at, Some(ticket));
             at += b.offsets;
         }
-        Ok((base_offset, last))
+        debug_assert_eq!(at, last.end_offset, "the run's batches cover its offsets");
+        Ok((base_offset, last, settle))
     }
 
     /// The partition's entry, made (with no table yet) on first use.
@@ -134,7 +198,9 @@ impl Shard {
 
 fn sequence_failure(e: SequenceError) -> Failure {
     let code = match e {
-        SequenceError::OutOfOrder { .. } => ErrorCode::OutOfOrderSequence,
+        SequenceError::OutOfOrder { .. } | SequenceError::RepeatInRun { .. } => {
+            ErrorCode::OutOfOrderSequence
+        }
         SequenceError::Fenced { .. } => ErrorCode::ProducerFenced,
         SequenceError::Full { .. } => ErrorCode::ProducerLimit,
     };
@@ -145,8 +211,8 @@ fn sequence_failure(e: SequenceError) -> Failure {
 /// producer id, in offset order. Each step plans up to `REBUILD_READ_BYTES` of batches,
 /// has the storage check them (on its blocking thread; a damaged batch is skipped, as it
 /// is never served), then reads the headers of the Kafka ones on the blocking pool.
-async fn rebuild(log: &PartitionLog, metrics: &Metrics) -> ProducerTable {
-    let mut table = ProducerTable::new(PRODUCERS_PER_PARTITION_MAX);
+async fn rebuild(log: &PartitionLog, metrics: &Metrics) -> Table {
+    let mut table = Table::new(PRODUCERS_PER_PARTITION_MAX);
     let segments = log.segments();
     let from = segments
         .len()
@@ -202,7 +268,7 @@ async fn rebuild(log: &PartitionLog, metrics: &Metrics) -> ProducerTable {
                     first_sequence: info.base_sequence,
                     last_sequence: info.last_sequence(),
                 };
-                table.record(&producer, entry.offset);
+                table.record(&producer, entry.offset, None);
                 batches += 1;
             }
         }

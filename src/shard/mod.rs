@@ -6,6 +6,7 @@
 //!
 //! - [`data`]: produce (two-phase, for pipelining), fetch plans, list offsets, partition
 //!   states and metadata.
+//! - [`staging`]: a produce's batches staged on the owner, its append metrics counted once.
 //! - [`admin`]: topic creation (on demand, in one place), deletion, the controller's rounds.
 //! - [`groups`]: commit and fetch offsets, list and describe groups.
 //! - [`calls`]: the typed mesh calls, one struct per call with its reply type.
@@ -17,7 +18,8 @@
 //! - [`membership`]: consumer group membership, one sans-IO state machine for every protocol.
 //! - [`coordinator`]: the groups this core coordinates, driven with real time; the group
 //!   API (join, sync, heartbeat, leave, describe, list, delete, fenced commits).
-//! - [`producers`]: idempotent producers' sequences per partition, sans-IO.
+//! - [`producers`]: idempotent producers' sequences per partition, sans-IO; [`idempotence`]:
+//!   their tables on the owner, settled against the log (a failed write forgets its batches).
 //! - [`used`]: the topics a connection used, so a delete wins over its clients.
 //! - [`handoff`]: handing a client connection to the core that owns its partition.
 
@@ -35,6 +37,7 @@ pub mod offsets;
 pub mod producers;
 mod receive;
 pub mod snapshot;
+pub mod staging;
 pub mod topics;
 pub mod used;
 

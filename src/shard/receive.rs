@@ -48,15 +48,16 @@ impl Shard {
                 drop(produce);
                 glommio::spawn_local(async move {
                     let reply = match staged {
-                        Ok((log, base_offset, last)) => {
+                        Ok((log, base_offset, last, settle)) => {
                             log.kick();
-                            log.commit(last)
-                                .await
-                                .map_err(Into::into)
-                                .map(|()| Produced {
-                                    base_offset,
-                                    next_offset: last.end_offset,
-                                })
+                            let committed = log.commit(last).await;
+                            if let Some(settle) = settle {
+                                settle.settle(&log);
+                            }
+                            committed.map_err(Into::into).map(|()| Produced {
+                                base_offset,
+                                next_offset: last.end_offset,
+                            })
                         }
                         Err(failure) => Err(failure),
                     };

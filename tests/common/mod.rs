@@ -15,6 +15,7 @@ pub mod kafka;
 pub mod ledger;
 pub mod powerfs;
 pub mod raw;
+pub mod small_fs;
 
 pub struct Broker {
     child: Option<Child>,

@@ -1,6 +1,9 @@
 """Kafka consumer groups against a pagurus broker, with real clients (confluent-kafka's
 librdkafka and kafka-python). Run by tests/kafka_groups.rs: `groups.py BROKER MODE`;
 exits non-zero with a reason on any failure, prints OK on success."""
+import json
+import os
+import subprocess
 import sys
 import time
 
@@ -156,6 +159,53 @@ def admin_v2(client):
         sys.exit(f"resume described as {described['resume']}")
 
 
+def describe():
+    """`pagurus groups describe` shows each librdkafka member's partitions, decoded from the
+    consumer protocol's assignment, and the member reading each committed partition: the
+    same assignment as confluent-kafka's own describe_consumer_groups."""
+    create_and_produce()
+    a, b = Member("described", "a"), Member("described", "b")
+    both = [a, b]
+    until(30, "two members with two partitions each",
+          lambda: len(a.assigned) == 2 and len(b.assigned) == 2
+          and a.assigned | b.assigned == set(range(PARTITIONS)), both)
+    until(30, "a record read from every partition",
+          lambda: set(a.first) | set(b.first) == set(range(PARTITIONS)), both)
+    a.c.commit(asynchronous=False)
+    b.c.commit(asynchronous=False)
+    admin = AdminClient({"bootstrap.servers": BROKER})
+    reference = admin.describe_consumer_groups(["described"])["described"].result(10)
+    want = {m.client_id: sorted(tp.partition for tp in m.assignment.topic_partitions)
+            for m in reference.members}
+    if want != {"a": sorted(a.assigned), "b": sorted(b.assigned)}:
+        sys.exit(f"confluent-kafka describes {want}")
+
+    def pagurus(*args):
+        out = subprocess.run([os.environ["PAGURUS_BIN"], "groups", "describe", "described",
+                              "--broker", BROKER, *args],
+                             capture_output=True, text=True, timeout=30)
+        if out.returncode != 0:
+            sys.exit(f"pagurus groups describe: {out.stderr}")
+        return out.stdout
+
+    described = json.loads(pagurus("--output", "json"))
+    got = {m["client_id"]: sorted(p["partition"] for p in m["partitions"] if p["topic"] == TOPIC)
+           for m in described["members"]}
+    if got != want:
+        sys.exit(f"pagurus describes members {got}, confluent-kafka {want}")
+    ids = {m["member_id"]: m["client_id"] for m in described["members"]}
+    readers = {p["partition"]: ids.get(p["member"]) for p in described["partitions"]}
+    expected = {p: name for name, ps in want.items() for p in ps}
+    if readers != expected:
+        sys.exit(f"pagurus says partitions are read by {readers}, expected {expected}")
+    text = pagurus()
+    rows = [l.split() for l in text.splitlines() if l.startswith(TOPIC + " ")]
+    if len(rows) != PARTITIONS or any(r[-1] == "-" for r in rows):
+        sys.exit(f"a partition without its member in:\n{text}")
+    a.c.close()
+    b.c.close()
+
+
 def field(record, *names):
     """The first of `names` a kafka-python 3.x dict has."""
     for name in names:
@@ -182,5 +232,5 @@ def admin_v3(client):
         sys.exit(f"resume described as {described['resume']}")
 
 
-{"share": share, "commit": commit, "resume": resume, "admin": admin}[MODE]()
+{"share": share, "commit": commit, "resume": resume, "admin": admin, "describe": describe}[MODE]()
 print("OK")

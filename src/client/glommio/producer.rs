@@ -8,19 +8,27 @@
 //! taken: that is the back pressure. Acknowledgements are collected in the background;
 //! [`Producer::flush`] sends what is open, waits for every acknowledgement and reports the
 //! first failure.
+//!
+//! A batch refused with `ShuttingDown` (the broker is stopping; it stored nothing of it) is
+//! sent again, for up to [`ProducerConfig::retry_for`]: once every batch in flight has its
+//! answer, the refused ones go first, oldest first and one at a time, each on a new
+//! connection (after pauses while the broker is down), so each partition keeps its order
+//! and nothing is stored twice. Any other failure, a lost connection included (a batch in
+//! flight then may or may not be stored), is reported, not retried.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ::glommio::sync::Semaphore;
 
 use crate::client::ClientError;
 use crate::client::glommio::Client;
-use crate::client::produce::{Accumulator, BatchLimits};
+use crate::client::produce::{Accumulator, BatchLimits, ProduceFrame};
 use crate::client::routing::Routes;
-use crate::protocol::native::Request;
+use crate::protocol::native::{ErrorCode, Request};
 use crate::watch::Watch;
 
 #[derive(Debug, Clone)]
@@ -30,6 +38,9 @@ pub struct ProducerConfig {
     pub in_flight: usize,
     /// Send each partition's batches straight to the port of the core that owns it.
     pub shard_aware: bool,
+    /// How long batches refused with `ShuttingDown` are sent again (a broker restart
+    /// should fit), from the first refusal; zero reports the refusal instead.
+    pub retry_for: Duration,
 }
 
 impl Default for ProducerConfig {
@@ -38,15 +49,23 @@ impl Default for ProducerConfig {
             batch: BatchLimits::default(),
             in_flight: 8,
             shard_aware: true,
+            retry_for: Duration::from_secs(30),
         }
     }
 }
+
+/// First and longest pause before a refused batch is sent again.
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(2);
 
 /// What the broker acknowledged so far.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ProducerStats {
     pub records_acked: u64,
     pub batches_acked: u64,
+    /// Of those, batches acknowledged when sent again, after a stopping broker refused
+    /// them (`ShuttingDown`).
+    pub batches_retried: u64,
 }
 
 struct Connection {
@@ -62,6 +81,8 @@ struct Inner {
     /// Topics metadata did not know: the first produce creates them with one partition.
     unknown_topics: RefCell<Vec<String>>,
     connections: RefCell<Vec<Connection>>,
+    /// Connections given up after a refusal, open until their batches in flight settle.
+    retired: RefCell<Vec<Connection>>,
     accumulator: RefCell<Accumulator>,
     /// One dispatcher at a time keeps each partition's batches in the order they closed.
     dispatching: Semaphore,
@@ -73,6 +94,12 @@ struct Inner {
     error: RefCell<Option<ClientError>>,
     stats: Cell<ProducerStats>,
     closed: Cell<bool>,
+    /// Dispatch order of the next batch sent.
+    next_sequence: Cell<u64>,
+    /// Batches refused with `ShuttingDown`, by dispatch order, to send again.
+    refused: RefCell<BTreeMap<u64, ProduceFrame>>,
+    /// When sending refused batches again stops (set at the first refusal of a series).
+    retry_until: Cell<Option<Instant>>,
 }
 
 /// A producer; dropping it stops its linger task (call [`Producer::flush`] first to keep
@@ -104,6 +131,7 @@ impl Producer {
                 client,
                 slots: Rc::new(Semaphore::new(0)),
             }]),
+            retired: RefCell::default(),
             dispatching: Semaphore::new(1),
             in_flight: Cell::new(0),
             settled: Watch::default(),
@@ -111,6 +139,9 @@ impl Producer {
             error: RefCell::new(None),
             stats: Cell::default(),
             closed: Cell::new(false),
+            next_sequence: Cell::new(0),
+            refused: RefCell::default(),
+            retry_until: Cell::new(None),
         });
         let slots = inner.config.in_flight as u64;
         inner.connections.borrow()[0].slots.signal(slots);
@@ -161,13 +192,13 @@ impl Producer {
     /// acknowledged in all, or the first failure since the last report.
     pub async fn flush(&self) -> Result<ProducerStats, ClientError> {
         self.inner.accumulator.borrow_mut().close_all();
-        self.inner.dispatch().await?;
-        while self.inner.in_flight.get() > 0 {
-            let settled = self.inner.settled.changed();
-            if self.inner.in_flight.get() == 0 {
+        loop {
+            self.inner.dispatch().await?;
+            self.inner.settle().await;
+            // Refused while this flush waited: sent again by the next dispatch.
+            if self.inner.refused.borrow().is_empty() {
                 break;
             }
-            settled.await;
         }
         match self.inner.error.borrow_mut().take() {
             Some(error) => Err(error),
@@ -229,34 +260,59 @@ impl Inner {
         result
     }
 
+    /// Waits until every batch in flight has its answer.
+    async fn settle(&self) {
+        while self.in_flight.get() > 0 {
+            let settled = self.settled.changed();
+            if self.in_flight.get() == 0 {
+                break;
+            }
+            settled.await;
+        }
+    }
+
     async fn dispatch_ready(self: &Rc<Self>) -> Result<(), ClientError> {
         loop {
+            if !self.refused.borrow().is_empty() {
+                // Batches behind a refused one on its partition were refused too (the
+                // partition closed), so once all answers are in, sending the refused ones
+                // first keeps every partition's order.
+                self.settle().await;
+                self.retired.borrow_mut().clear();
+                self.retry_refused().await?;
+            }
             let Some(mut frame) = self.accumulator.borrow_mut().pop_ready() else {
                 return Ok(());
             };
-            let addr = if self.config.shard_aware {
-                let topic = std::str::from_utf8(frame.topic()).expect("topics are ASCII");
-                self.routes.borrow().address(topic, frame.partition())
-            } else {
-                self.bootstrap
+            let addr = self.address_of(&frame);
+            let (client, slots) = match self.connection(addr).await {
+                Ok(connection) => connection,
+                Err(_) if self.retrying() => {
+                    // The broker is stopping or restarting: this batch, never sent, waits
+                    // behind the refused ones.
+                    let sequence = self.next_sequence.get();
+                    self.next_sequence.set(sequence + 1);
+                    self.refused.borrow_mut().insert(sequence, frame);
+                    continue;
+                }
+                Err(e) => return Err(e),
             };
-            let (client, slots) = self.connection(addr).await?;
             slots
                 .acquire(1)
                 .await
                 .map_err(|e| ClientError::Protocol(e.to_string()))?;
-            let records = u64::from(frame.records());
             let reply = client.produce(&mut frame, 0);
-            self.accumulator.borrow_mut().recycle(frame);
+            let sequence = self.next_sequence.get();
+            self.next_sequence.set(sequence + 1);
             self.in_flight.set(self.in_flight.get() + 1);
             let inner = Rc::clone(self);
             ::glommio::spawn_local(async move {
                 match reply.await.and_then(|r| r.produced()) {
-                    Ok(_) => {
-                        let mut stats = inner.stats.get();
-                        stats.records_acked += records;
-                        stats.batches_acked += 1;
-                        inner.stats.set(stats);
+                    Ok(_) => inner.acknowledged(frame),
+                    Err(e) if inner.may_retry(&e) => {
+                        // Not stored: keep it to send again, on a new connection.
+                        inner.forget_connection(addr);
+                        inner.refused.borrow_mut().insert(sequence, frame);
                     }
                     Err(e) => {
                         inner.error.borrow_mut().get_or_insert(e);
@@ -267,6 +323,108 @@ impl Inner {
                 inner.settled.notify_all();
             })
             .detach();
+        }
+    }
+
+    fn acknowledged(&self, frame: ProduceFrame) {
+        let mut stats = self.stats.get();
+        stats.records_acked += u64::from(frame.records());
+        stats.batches_acked += 1;
+        self.stats.set(stats);
+        self.accumulator.borrow_mut().recycle(frame);
+    }
+
+    /// Whether a failed batch is sent again: refused by a stopping broker, within the
+    /// retry time (which starts at the first refusal of a series).
+    fn may_retry(&self, e: &ClientError) -> bool {
+        if e.code() != Some(ErrorCode::ShuttingDown) || self.config.retry_for.is_zero() {
+            return false;
+        }
+        let now = Instant::now();
+        let until = match self.retry_until.get() {
+            Some(until) => until,
+            None => {
+                let until = now + self.config.retry_for;
+                self.retry_until.set(Some(until));
+                until
+            }
+        };
+        now < until
+    }
+
+    /// Retires the connection to `addr`, so the next batch for it connects again. It is
+    /// kept open until its batches in flight have their answers (closing it would fail
+    /// them, stored or not).
+    fn forget_connection(&self, addr: SocketAddr) {
+        let mut connections = self.connections.borrow_mut();
+        if let Some(at) = connections.iter().position(|c| c.addr == addr) {
+            self.retired.borrow_mut().push(connections.swap_remove(at));
+        }
+    }
+
+    /// Sends the refused batches again, oldest first, each waiting for its answer; a batch
+    /// refused again is retried after a pause, until the retry time is up.
+    async fn retry_refused(self: &Rc<Self>) -> Result<(), ClientError> {
+        let mut pause = RETRY_PAUSE_MIN;
+        loop {
+            let Some((sequence, mut frame)) = self.refused.borrow_mut().pop_first() else {
+                break;
+            };
+            let addr = self.address_of(&frame);
+            let sent = match self.connection(addr).await {
+                Ok((client, _)) => client
+                    .produce(&mut frame, 0)
+                    .await
+                    .and_then(|r| r.produced()),
+                // Nothing was sent: the broker is still down, or not accepting yet.
+                Err(_) if self.retrying() => {
+                    self.refused.borrow_mut().insert(sequence, frame);
+                    ::glommio::timer::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_PAUSE_MAX);
+                    continue;
+                }
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(_) => {
+                    self.acknowledged(frame);
+                    let mut stats = self.stats.get();
+                    stats.batches_retried += 1;
+                    self.stats.set(stats);
+                    pause = RETRY_PAUSE_MIN;
+                }
+                Err(e) if self.may_retry(&e) => {
+                    self.forget_connection(addr);
+                    self.refused.borrow_mut().insert(sequence, frame);
+                    ::glommio::timer::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_PAUSE_MAX);
+                }
+                Err(e) => {
+                    // The rest are dropped unsent: sent now, they would overtake this one.
+                    self.refused.borrow_mut().clear();
+                    self.retry_until.set(None);
+                    return Err(e);
+                }
+            }
+        }
+        self.retry_until.set(None);
+        Ok(())
+    }
+
+    /// Whether the retry time of the current series of refusals is still running.
+    fn retrying(&self) -> bool {
+        self.retry_until
+            .get()
+            .is_some_and(|until| Instant::now() < until)
+    }
+
+    /// Where a batch goes: its partition's owner core, or the bootstrap address.
+    fn address_of(&self, frame: &ProduceFrame) -> SocketAddr {
+        if self.config.shard_aware {
+            let topic = std::str::from_utf8(frame.topic()).expect("topics are ASCII");
+            self.routes.borrow().address(topic, frame.partition())
+        } else {
+            self.bootstrap
         }
     }
 

@@ -12,9 +12,11 @@
 //! - [`convert`]: a native pagurus batch as one uncompressed RecordBatch v2, for Kafka
 //!   fetches of natively produced data.
 //! - [`timestamps`]: the first record at or after a time inside an uncompressed batch.
+//! - [`consumer`]: the consumer protocol's assignment, decoded for `groups describe`.
 
 pub mod apis;
 pub mod batch;
+pub mod consumer;
 pub mod convert;
 pub mod frame;
 pub mod header;

@@ -3,6 +3,7 @@
 
 use std::rc::Rc;
 
+use crate::protocol::kafka::consumer::{CONSUMER_PROTOCOL_TYPE, assigned_partitions};
 use crate::protocol::native::{self, ErrorCode, JoinGroup};
 use crate::server::native::{Pending, Tag, empty, later};
 use crate::shard::coordinator::api::CommitEntry;
@@ -33,6 +34,9 @@ pub(super) fn describe(shard: &Rc<Shard>, tag: Tag, group: &[u8]) -> Pending {
             ..Default::default()
         };
         if let Some(view) = found.view {
+            // A Kafka consumer's partitions are in the assignment its leader chose, in the
+            // consumer protocol; a native member's are the broker's own.
+            let kafka = view.protocol_type == CONSUMER_PROTOCOL_TYPE;
             described.state = view.state;
             described.protocol_type = view.protocol_type;
             described.protocol = view.protocol;
@@ -45,11 +49,14 @@ pub(super) fn describe(shard: &Rc<Shard>, tag: Tag, group: &[u8]) -> Pending {
                     member_id: m.member_id,
                     instance_id: m.instance_id.unwrap_or_default(),
                     client_id: m.client_id,
-                    partitions: m
-                        .partitions
-                        .into_iter()
-                        .map(|(t, p)| (t, p as u32))
-                        .collect(),
+                    partitions: if kafka {
+                        assigned_partitions(&m.assignment).unwrap_or_default()
+                    } else {
+                        m.partitions
+                            .into_iter()
+                            .map(|(t, p)| (t, p as u32))
+                            .collect()
+                    },
                 })
                 .collect();
         }

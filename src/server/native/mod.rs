@@ -40,6 +40,7 @@ mod groups;
 mod metadata;
 mod offsets;
 mod produce;
+mod stopping;
 mod topics;
 
 pub use fetch::FETCH_BYTES_MAX;
@@ -157,6 +158,7 @@ async fn reader_loop(
                 // Stop only between frames: a request half-read is finished first.
                 let at_boundary = buf.is_empty();
                 if at_boundary && shard.shutdown.is_requested() {
+                    stopping::refuse_the_rest(stream, &tx, &mut buf, body_max).await;
                     return Ok(());
                 }
                 let len = buf.len();
@@ -185,7 +187,10 @@ async fn reader_loop(
                     read.await
                 };
                 match event {
-                    Event::Shutdown => return Ok(()),
+                    Event::Shutdown => {
+                        stopping::refuse_the_rest(stream, &tx, &mut buf, body_max).await;
+                        return Ok(());
+                    }
                     Event::Read(Ok(0)) => return Ok(()),
                     Event::Read(Ok(n)) => {
                         buf.filled(n);

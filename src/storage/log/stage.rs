@@ -62,6 +62,19 @@ impl PartitionLog {
         self: &Rc<Self>,
         batches: impl Iterator<Item = (record::BatchTrust, &'b [u8])>,
     ) -> Result<(u64, Ticket), StorageError> {
+        self.stage_many_admitted(batches, || Ok(())).await
+    }
+
+    /// [`PartitionLog::stage_many`], with `admit` asked right before the batches are staged,
+    /// with nothing in between, each time staging is tried: a refusal stages nothing. For
+    /// a caller whose decision depends on the log as staging finds it (an idempotent
+    /// producer's sequences: a write that failed while staging waited for a roll took back
+    /// the batches they follow).
+    pub async fn stage_many_admitted<'b, E: From<StorageError>>(
+        self: &Rc<Self>,
+        batches: impl Iterator<Item = (record::BatchTrust, &'b [u8])>,
+        mut admit: impl FnMut() -> Result<(), E>,
+    ) -> Result<(u64, Ticket), E> {
         let checked = batches
             .map(|(trust, batch)| self.validate(batch, trust).map(|c| (batch, c)))
             .collect::<Result<Vec<_>, _>>()?;
@@ -69,9 +82,11 @@ impl PartitionLog {
             return Err(StorageError::BatchLength {
                 header_bytes: 0,
                 given_bytes: 0,
-            });
+            }
+            .into());
         }
         loop {
+            admit()?;
             if let Some(last) = self.try_stage(&checked)? {
                 let records: u64 = checked.iter().map(|(_, c)| c.records).sum();
                 return Ok((last.end_offset - records, last));
@@ -247,6 +262,20 @@ impl PartitionLog {
             base_offset,
             end_offset,
             epoch: self.state.borrow().rollbacks.epoch(),
+        }
+    }
+
+    /// The ticket of `base_offset..end_offset`, part of the run `last` ends (staged with
+    /// it by [`PartitionLog::stage_many`]): it stands or falls with its own offsets.
+    pub fn ticket_within(&self, last: &Ticket, base_offset: u64, end_offset: u64) -> Ticket {
+        assert!(
+            base_offset < end_offset && end_offset <= last.end_offset,
+            "a ticket within a run ends inside it"
+        );
+        Ticket {
+            base_offset,
+            end_offset,
+            epoch: last.epoch,
         }
     }
 
