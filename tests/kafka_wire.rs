@@ -6,6 +6,7 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use common::Broker;
