@@ -227,6 +227,15 @@ impl Shard {
         self.topics.borrow().get(name).cloned()
     }
 
+    /// The topic with this id (Kafka's topic id), if it exists.
+    pub fn topic_by_id(&self, id: u128) -> Option<Rc<TopicMeta>> {
+        self.topics
+            .borrow()
+            .values()
+            .find(|meta| meta.id == id)
+            .cloned()
+    }
+
     pub fn topic_count(&self) -> usize {
         self.topics.borrow().len()
     }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use pagurus::client::blocking::Client;
 
 pub mod hermit;
+pub mod kafka;
 pub mod ledger;
 pub mod powerfs;
 pub mod raw;

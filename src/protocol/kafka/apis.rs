@@ -7,7 +7,7 @@
 //! ends at the newest version whose meaning pagurus implements; every range holds the version
 //! that librdkafka 2.0.2 (Debian's kcat), current librdkafka (confluent-kafka), the Java
 //! client 3.x/4.x and kafka-python negotiate. Above a range a field would mean something
-//! pagurus does not do (Fetch v13+ names topics by id, Produce v10+ carries leader hints, ...).
+//! pagurus does not do (Produce v13+ names topics by id, ...).
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
@@ -60,23 +60,23 @@ macro_rules! served_apis {
 }
 
 served_apis! {
-    Produce(ProduceRequest) = 3..=9,
-    Fetch(FetchRequest) = 4..=12,
+    Produce(ProduceRequest) = 3..=12,
+    Fetch(FetchRequest) = 4..=17,
     ListOffsets(ListOffsetsRequest) = 1..=7,
-    Metadata(MetadataRequest) = 0..=12,
-    OffsetCommit(OffsetCommitRequest) = 2..=8,
-    OffsetFetch(OffsetFetchRequest) = 1..=7,
-    FindCoordinator(FindCoordinatorRequest) = 0..=3,
+    Metadata(MetadataRequest) = 0..=13,
+    OffsetCommit(OffsetCommitRequest) = 2..=9,
+    OffsetFetch(OffsetFetchRequest) = 1..=9,
+    FindCoordinator(FindCoordinatorRequest) = 0..=6,
     JoinGroup(JoinGroupRequest) = 0..=9,
     Heartbeat(HeartbeatRequest) = 0..=4,
     LeaveGroup(LeaveGroupRequest) = 0..=5,
     SyncGroup(SyncGroupRequest) = 0..=5,
-    DescribeGroups(DescribeGroupsRequest) = 0..=5,
-    ListGroups(ListGroupsRequest) = 0..=4,
-    ApiVersions(ApiVersionsRequest) = 0..=3,
+    DescribeGroups(DescribeGroupsRequest) = 0..=6,
+    ListGroups(ListGroupsRequest) = 0..=5,
+    ApiVersions(ApiVersionsRequest) = 0..=4,
     CreateTopics(CreateTopicsRequest) = 2..=7,
     DeleteTopics(DeleteTopicsRequest) = 1..=5,
-    InitProducerId(InitProducerIdRequest) = 0..=4,
+    InitProducerId(InitProducerIdRequest) = 0..=5,
     DescribeConfigs(DescribeConfigsRequest) = 1..=4,
     AlterConfigs(AlterConfigsRequest) = 0..=2,
     CreatePartitions(CreatePartitionsRequest) = 0..=3,

@@ -28,6 +28,7 @@ pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 pub const INVALID_RECORD: i16 = 87;
+pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
 /// The Kafka code for a shard failure.
 pub fn from_native(code: ErrorCode) -> i16 {

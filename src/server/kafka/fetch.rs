@@ -18,7 +18,7 @@ use bytes::{BufMut, BytesMut};
 use glommio::channels::local_channel;
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, FetchRequest, TopicName};
-use kafka_protocol::protocol::Encodable;
+use kafka_protocol::protocol::{Encodable, StrBytes};
 use tracing::warn;
 
 use super::errors::{self, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION};
@@ -52,11 +52,23 @@ pub(super) fn handle(conn: &Rc<Conn>, header: RequestHeader, request: FetchReque
 }
 
 async fn fetch(conn: &Rc<Conn>, header: &RequestHeader, request: FetchRequest) -> Reply {
+    let by_id = header.api_version >= 13;
     let mut topics: Vec<TopicName> = Vec::new();
+    // v13+ (KIP-516): topics named by id, answered by id; an id no topic has is answered
+    // UNKNOWN_TOPIC_ID for each of its partitions (its name stays empty, which no topic has).
+    let mut ids: Vec<Option<uuid::Uuid>> = Vec::new();
     let mut asked = Vec::new();
     for topic in request.topics {
         let at = topics.len();
-        topics.push(topic.topic);
+        if by_id {
+            let meta = conn.shard.topic_by_id(topic.topic_id.as_u128());
+            let name = meta.map_or_else(String::new, |m| m.name.clone());
+            topics.push(TopicName(StrBytes::from_string(name)));
+            ids.push(Some(topic.topic_id));
+        } else {
+            topics.push(topic.topic);
+            ids.push(None);
+        }
         for p in topic.partitions {
             asked.push(Asked {
                 topic: at,
@@ -78,7 +90,22 @@ async fn fetch(conn: &Rc<Conn>, header: &RequestHeader, request: FetchRequest) -
         outcomes = wait_any(conn, &topics, &asked, max_wait_ms, outcomes).await;
     }
     let response_max = u64::try_from(request.max_bytes.max(1)).unwrap_or(1);
-    encode(conn, header, &topics, &asked, outcomes, response_max).await
+    // An unknown id's partitions were refused by name (empty, no topic has it): they
+    // answer UNKNOWN_TOPIC_ID, which makes the client refresh its metadata.
+    for (outcome, a) in outcomes.iter_mut().zip(&asked) {
+        if by_id && topics[a.topic].is_empty() {
+            *outcome = Outcome::Error(errors::UNKNOWN_TOPIC_ID);
+        }
+    }
+    encode(
+        conn,
+        header,
+        (&topics, &ids),
+        &asked,
+        outcomes,
+        response_max,
+    )
+    .await
 }
 
 fn plan_bytes(outcome: &Outcome) -> u64 {
@@ -204,7 +231,7 @@ async fn plan_one(
 async fn encode(
     conn: &Conn,
     header: &RequestHeader,
-    topics: &[TopicName],
+    (topics, ids): (&[TopicName], &[Option<uuid::Uuid>]),
     asked: &[Asked],
     outcomes: Vec<Outcome>,
     response_max: u64,
@@ -236,7 +263,10 @@ async fn encode(
     let mut budget = response_max;
     let mut size = 0usize;
     for (topic, list) in runs {
-        put_string(&mut head, topics[topic].0.as_str(), flexible);
+        match ids[topic] {
+            Some(id) => head.put_slice(id.as_bytes()),
+            None => put_string(&mut head, topics[topic].0.as_str(), flexible),
+        }
         put_len(&mut head, list.len(), flexible);
         for at in list {
             let outcome = outcomes[at].take().unwrap_or(Outcome::Error(errors::NONE));

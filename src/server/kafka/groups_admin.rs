@@ -20,8 +20,16 @@ const OFFSETS_ONLY_TYPE: &str = "consumer";
 
 pub(super) fn list(conn: &Rc<Conn>, header: RequestHeader, request: ListGroupsRequest) -> Pending {
     let shard = Rc::clone(&conn.shard);
+    // v5+ filters by group type; every pagurus group is a classic one (KIP-848's
+    // `consumer` groups are not served).
+    let classic = request.types_filter.is_empty()
+        || request
+            .types_filter
+            .iter()
+            .any(|t| t.eq_ignore_ascii_case("classic"));
     Pending::later(async move {
         let body = match shard.group_listings().await {
+            Ok(_) if !classic => ListGroupsResponse::default(),
             Ok(groups) => ListGroupsResponse::default().with_groups(
                 groups
                     .into_iter()

@@ -55,6 +55,7 @@ async fn metadata(
     request: MetadataRequest,
 ) -> MetadataResponse {
     let shard = &conn.shard;
+    let mut unknown_ids = Vec::new();
     // v1+: a null list asks for every topic; v0: an empty list does.
     let asked: Option<Vec<String>> = match request.topics {
         None => None,
@@ -62,7 +63,18 @@ async fn metadata(
         Some(topics) => Some(
             topics
                 .into_iter()
-                .filter_map(|t| t.name.map(|n| n.0.to_string()))
+                .filter_map(|t| match t.name {
+                    Some(name) => Some(name.0.to_string()),
+                    // v10+ may name a topic by its id alone.
+                    None if !t.topic_id.is_nil() => match shard.topic_by_id(t.topic_id.as_u128()) {
+                        Some(meta) => Some(meta.name.clone()),
+                        None => {
+                            unknown_ids.push(t.topic_id);
+                            None
+                        }
+                    },
+                    _ => None,
+                })
                 .collect(),
         ),
     };
@@ -104,7 +116,7 @@ async fn metadata(
         .filter(|t| !t.name.is_empty())
         .map(|t| {
             let name = Some(TopicName(StrBytes::from_string(t.name)));
-            let Some(_meta) = t.meta else {
+            let Some(meta) = t.meta else {
                 return MetadataResponseTopic::default()
                     .with_name(name)
                     .with_error_code(UNKNOWN_TOPIC_OR_PARTITION);
@@ -129,11 +141,21 @@ async fn metadata(
                         .with_isr_nodes(vec![leader])
                 })
                 .collect();
-            MetadataResponseTopic::default()
+            let mut topic = MetadataResponseTopic::default()
                 .with_name(name)
-                .with_partitions(partitions)
+                .with_partitions(partitions);
+            // The field exists from v10; an older version may not carry a non-zero one.
+            if header.api_version >= 10 {
+                topic = topic.with_topic_id(uuid::Uuid::from_u128(meta.id));
+            }
+            topic
         })
         .collect();
+    topics.extend(unknown_ids.into_iter().map(|id| {
+        MetadataResponseTopic::default()
+            .with_topic_id(id)
+            .with_error_code(errors::UNKNOWN_TOPIC_ID)
+    }));
     topics.extend(gone.into_iter().map(|name| {
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(StrBytes::from_string(name))))
