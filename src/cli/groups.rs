@@ -3,10 +3,10 @@
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::cli::{BrokerArgs, Output, describe, print_json, print_out, table};
+use crate::cli::{BrokerArgs, Output, describe, print_json, print_out, table, topic_error};
 use crate::client::blocking::Client;
 use crate::client::consume::StartAt;
-use crate::protocol::native::{GroupDescription, OffsetSpec};
+use crate::protocol::native::{ErrorCode, GroupDescription, OffsetSpec};
 
 #[derive(Debug, Args)]
 pub struct GroupsArgs {
@@ -221,12 +221,12 @@ fn reset_offsets(
     let metadata = client
         .metadata(&[topic])
         .map_err(|e| format!("reading topic {topic}: {}", describe(&e)))?;
-    let count = metadata
-        .topics
-        .iter()
-        .find(|t| t.name == topic && t.error == 0)
-        .map(|t| t.partitions.len() as u32)
-        .ok_or_else(|| format!("topic {topic} does not exist"))?;
+    // Worded as every other subcommand words a missing topic.
+    let count = match metadata.topics.iter().find(|t| t.name == topic) {
+        Some(t) if t.error == 0 => t.partitions.len() as u32,
+        Some(t) => return Err(topic_error(topic, t.error)),
+        None => return Err(topic_error(topic, ErrorCode::UnknownTopic as u16)),
+    };
     let partitions: Vec<u32> = match partition {
         Some(p) if p >= count => {
             return Err(format!(

@@ -461,7 +461,7 @@ fn describe(e: &ClientError) -> String {
 /// A topic's error code from the metadata, worded as the broker's answers are
 /// (`broker answered UnknownTopic (10)`), so a topic missing reads the same from every
 /// subcommand.
-fn topic_error(topic: &str, code: u16) -> String {
+pub(crate) fn topic_error(topic: &str, code: u16) -> String {
     let name = ErrorCode::from_u16(code).map_or("Unknown", ErrorCode::name);
     format!("topic {topic}: broker answered {name} ({code})")
 }
