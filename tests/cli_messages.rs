@@ -84,7 +84,15 @@ fn a_missing_topic_reads_the_same_from_every_subcommand() {
         &["topics", "delete", "nope"],
         &["topics", "compact", "nope"],
         &["topics", "compact", "nope", "--partition", "0"],
-        &["groups", "reset-offsets", "g", "--topic", "nope", "--to", "earliest"],
+        &[
+            "groups",
+            "reset-offsets",
+            "g",
+            "--topic",
+            "nope",
+            "--to",
+            "earliest",
+        ],
     ] {
         let out = pagurus(args, &env);
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -12,33 +12,13 @@ use std::net::TcpStream;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use common::Broker;
+use common::{Broker, have, have_python};
 use pagurus::protocol::hermit;
 use pagurus::protocol::kafka::batch;
 use pagurus::protocol::record::{self, BatchHeader, HEADER_LEN};
 
-/// True if `program --version`-like probe `args` runs; panics in CI when it does not.
-fn have(what: &str, program: &str, args: &[&str]) -> bool {
-    let ok = Command::new(program)
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let required = std::env::var("PAGURUS_KAFKA_CLIENTS").is_ok_and(|v| v == "required");
-        assert!(!required, "{what} is not installed (.ci/run installs it)");
-        eprintln!("SKIPPED: {what} is not installed");
-    }
-    ok
-}
-
 fn have_kcat() -> bool {
     have("kcat", "kcat", &["-V"])
-}
-
-fn have_python(module: &str) -> bool {
-    have(module, "python3", &["-c", &format!("import {module}")])
 }
 
 fn start(cores: usize) -> (tempfile::TempDir, Broker) {

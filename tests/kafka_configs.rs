@@ -9,24 +9,9 @@
 
 mod common;
 
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
-use common::Broker;
-
-fn have_python(module: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let required = std::env::var("PAGURUS_KAFKA_CLIENTS").is_ok_and(|v| v == "required");
-        assert!(!required, "{module} is not installed (.ci/run installs it)");
-        eprintln!("SKIPPED: {module} is not installed");
-    }
-    ok
-}
+use common::{Broker, have_python};
 
 fn succeed(out: Output, what: &str) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -20,32 +20,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Broker;
 use common::powerfs::{Mode, PowerFs};
 use common::small_fs::SmallFs;
+use common::{Broker, have_python};
 use pagurus::protocol::native::TopicSettings;
 
 const TOPIC: &str = "events";
 const PARTITIONS: u32 = 2;
 /// How long the fault lasts while the producer keeps sending.
 const FAULT_HELD: Duration = Duration::from_secs(5);
-
-fn have_confluent_kafka() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import confluent_kafka"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let required = std::env::var("PAGURUS_KAFKA_CLIENTS").is_ok_and(|v| v == "required");
-        assert!(
-            !required,
-            "confluent-kafka is not installed (.ci/run installs it)"
-        );
-        eprintln!("SKIPPED: confluent-kafka is not installed");
-    }
-    ok
-}
 
 fn script() -> String {
     format!(
@@ -207,7 +190,7 @@ fn check_with_restart(broker: &mut Broker, acked: &Path) {
 
 #[test]
 fn idempotent_producer_through_a_full_disk_keeps_every_acknowledged_record() {
-    if !have_confluent_kafka() {
+    if !have_python("confluent_kafka") {
         return;
     }
     let Some(fs) = SmallFs::ext4(256) else { return };
@@ -230,7 +213,7 @@ fn idempotent_producer_through_a_full_disk_keeps_every_acknowledged_record() {
 
 #[test]
 fn idempotent_producer_through_a_failed_fsync_keeps_every_acknowledged_record() {
-    if !have_confluent_kafka() {
+    if !have_python("confluent_kafka") {
         return;
     }
     if !Path::new("/dev/fuse").exists() {

@@ -5,10 +5,10 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use bytes::BytesMut;
-use common::Broker;
+use common::{Broker, have_python};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
@@ -21,21 +21,6 @@ const STEP_MS: i64 = 10;
 const RECORDS: i64 = 200;
 /// Between records 37 (BASE + 370) and 38 (BASE + 380): Kafka answers 38.
 const SEEK_MS: i64 = BASE_MS + 375;
-
-fn have_python(module: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        let required = std::env::var("PAGURUS_KAFKA_CLIENTS").is_ok_and(|v| v == "required");
-        assert!(!required, "{module} is not installed (.ci/run installs it)");
-        eprintln!("SKIPPED: {module} is not installed");
-    }
-    ok
-}
 
 /// One RecordBatch of `RECORDS` records at `BASE_MS + i * STEP_MS`.
 fn record_batch(compression: Compression) -> Vec<u8> {

@@ -17,6 +17,29 @@ pub mod powerfs;
 pub mod raw;
 pub mod small_fs;
 
+/// True if `program args` runs (a probe such as `--version`). A missing Kafka client fails
+/// the test where `PAGURUS_KAFKA_CLIENTS=required` (set by `.ci/run`); elsewhere the test
+/// prints why it skipped.
+pub fn have(what: &str, program: &str, args: &[&str]) -> bool {
+    let ok = Command::new(program)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        let required = std::env::var("PAGURUS_KAFKA_CLIENTS").is_ok_and(|v| v == "required");
+        assert!(!required, "{what} is not installed (.ci/run installs it)");
+        eprintln!("SKIPPED: {what} is not installed");
+    }
+    ok
+}
+
+/// [`have`] for a Python module.
+pub fn have_python(module: &str) -> bool {
+    have(module, "python3", &["-c", &format!("import {module}")])
+}
+
 pub struct Broker {
     child: Option<Child>,
     pub addr: SocketAddr,
