@@ -430,11 +430,23 @@ pub fn apply(layout: &Layout, region: Region, damage: Damage) -> Applied {
                     }
                     Ext::Idx => {
                         changed_idx = Some(segment);
-                        let slot = p as usize / ENTRY_LEN * ENTRY_LEN;
-                        let old = &before[slot..slot + ENTRY_LEN];
-                        let mut new = old.to_vec();
-                        new[p as usize - slot..].fill(0);
-                        keep_after_slot_change(layout, segment, p, old, &new)
+                        // The zeros run to the end of the file, so every slot after the
+                        // picked one is zeroed too, not only the one holding byte `p`: a
+                        // later slot that held an entry now reads as empty inside the file,
+                        // which recovery cuts (`Unindexed`). The first slot that changed
+                        // decides (slots map to batches in order).
+                        let first = p as usize / ENTRY_LEN * ENTRY_LEN;
+                        (first..before.len())
+                            .step_by(ENTRY_LEN)
+                            .map(|slot| {
+                                let old = &before[slot..(slot + ENTRY_LEN).min(before.len())];
+                                let mut new = old.to_vec();
+                                new[(p as usize).max(slot) - slot..].fill(0);
+                                let at = (p as usize).max(slot) as u64;
+                                keep_after_slot_change(layout, segment, at, old, &new)
+                            })
+                            .min()
+                            .unwrap_or(layout.total())
                     }
                 };
             }
