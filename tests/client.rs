@@ -5,50 +5,21 @@
 mod common;
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use common::Broker;
-use glommio::LocalExecutorBuilder;
+use common::{Broker, create_topic, on_glommio};
 use pagurus::client::ClientError;
 use pagurus::client::consume::StartAt;
 use pagurus::client::glommio::{Client, Consumer, ConsumerConfig, Producer, ProducerConfig};
 use pagurus::client::produce::{BatchLimits, ProduceFrame, key_partition};
-use pagurus::protocol::native::{OffsetSpec, Request, TopicSettings};
+use pagurus::protocol::native::{OffsetSpec, Request};
 use pagurus::protocol::record;
-
-/// Runs `f` on a fresh glommio executor thread.
-fn on_glommio<T, F, Fut>(f: F) -> T
-where
-    T: Send + 'static,
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = T> + 'static,
-{
-    LocalExecutorBuilder::default()
-        .spawn(f)
-        .expect("executor starts")
-        .join()
-        .expect("executor thread ends")
-}
 
 fn start(cores: usize) -> (tempfile::TempDir, Broker) {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start_in(&dir.path().join("data"), cores, &["--fsync", "never"]);
     (dir, broker)
-}
-
-fn create(broker: &Broker, topic: &str, partitions: u32) {
-    broker
-        .client()
-        .create_topic(
-            topic,
-            TopicSettings {
-                partitions,
-                ..Default::default()
-            },
-        )
-        .unwrap();
 }
 
 fn now_ms() -> u64 {
@@ -61,7 +32,7 @@ fn now_ms() -> u64 {
 #[test]
 fn requests_from_many_tasks_are_pipelined_and_matched() {
     let (_dir, broker) = start(2);
-    create(&broker, "p", 1);
+    create_topic(&broker, "p", 1);
     let addr = broker.addr;
     let answers = on_glommio(move || async move {
         let client = Client::connect(addr).await.unwrap();
@@ -137,7 +108,7 @@ fn requests_from_many_tasks_are_pipelined_and_matched() {
 #[test]
 fn producer_batches_partitions_by_key_and_routes_to_owners() {
     let (_dir, broker) = start(2);
-    create(&broker, "keyed", 4);
+    create_topic(&broker, "keyed", 4);
     let addr = broker.addr;
     let (stats, routes) = on_glommio(move || async move {
         let producer = Producer::connect(
@@ -208,7 +179,7 @@ fn producer_batches_partitions_by_key_and_routes_to_owners() {
 #[test]
 fn consumer_long_polls_seeks_commits_and_resumes() {
     let (_dir, broker) = start(2);
-    create(&broker, "c", 2);
+    create_topic(&broker, "c", 2);
     let addr = broker.addr;
     on_glommio(move || async move {
         let config = ProducerConfig {
@@ -321,7 +292,7 @@ fn consumer_long_polls_seeks_commits_and_resumes() {
 #[test]
 fn a_corrupted_batch_on_disk_fails_its_crc_at_the_consumer() {
     let (dir, broker) = start(1);
-    create(&broker, "crc", 1);
+    create_topic(&broker, "crc", 1);
     let mut client = broker.client();
     let mut frame = ProduceFrame::new("crc", 0, b"");
     for value in [&b"intact"[..], b"to be damaged"] {
@@ -384,7 +355,7 @@ fn requests_on_a_closed_connection_fail_cleanly() {
 #[test]
 fn a_producer_reports_a_lost_broker_and_reconnects() {
     let (_dir, mut broker) = start(1);
-    create(&broker, "r", 1);
+    create_topic(&broker, "r", 1);
     let addr = broker.addr;
     let (to_test, from_executor) = std::sync::mpsc::channel::<()>();
     let (to_executor, from_test) = std::sync::mpsc::channel::<()>();
@@ -445,7 +416,7 @@ fn glommio_group_members_share_partitions_and_take_over_after_a_leave() {
 
     const PARTITIONS: u32 = 4;
     let (_dir, broker) = start(2);
-    create(&broker, "shared", PARTITIONS);
+    create_topic(&broker, "shared", PARTITIONS);
     let addr = broker.addr;
     on_glommio(move || async move {
         /// What a member task shows the test: its partitions, what it read, and when to stop.

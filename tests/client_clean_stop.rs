@@ -4,28 +4,13 @@
 
 mod common;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::Broker;
-use glommio::LocalExecutorBuilder;
+use common::{Broker, on_glommio};
 use pagurus::client::glommio::{Producer, ProducerConfig};
 use pagurus::protocol::native::{OffsetSpec, TopicSettings};
-
-fn on_glommio<T, F, Fut>(f: F) -> T
-where
-    T: Send + 'static,
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = T> + 'static,
-{
-    LocalExecutorBuilder::default()
-        .spawn(f)
-        .expect("executor starts")
-        .join()
-        .expect("executor thread ends")
-}
 
 #[test]
 fn the_client_producer_survives_a_clean_stop_without_duplicates() {

@@ -4,34 +4,18 @@
 
 mod common;
 
-use std::future::Future;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::Broker;
-use glommio::LocalExecutorBuilder;
+use common::{Broker, create_topic, on_glommio};
 use pagurus::client::glommio::{Producer, ProducerConfig};
 use pagurus::client::produce::{BatchLimits, key_partition};
-use pagurus::protocol::native::TopicSettings;
 
 fn start() -> (tempfile::TempDir, Broker) {
     let dir = tempfile::tempdir().unwrap();
     let broker = Broker::start_in(&dir.path().join("data"), 2, &["--fsync", "never"]);
     (dir, broker)
-}
-
-fn create(broker: &Broker, topic: &str, partitions: u32) {
-    broker
-        .client()
-        .create_topic(
-            topic,
-            TopicSettings {
-                partitions,
-                ..Default::default()
-            },
-        )
-        .unwrap();
 }
 
 /// Runs `pagurus ARGS --broker ADDR` with `stdin`; returns stdout, failing on an error.
@@ -89,7 +73,7 @@ fn produce_with_a_key_separator_keeps_the_input_order() {
 
     // Three partitions, 20 keys, runs of one key: every partition holds its records in
     // input order, and each key's records stay on its key's partition.
-    create(&broker, "three", 3);
+    create_topic(&broker, "three", 3);
     let input: Vec<(String, u32)> = (0..600u32)
         .map(|i| (format!("k{}", (i / 3) % 20), i))
         .collect();
@@ -118,24 +102,10 @@ fn produce_with_a_key_separator_keeps_the_input_order() {
     }
 }
 
-/// Runs `f` on a fresh glommio executor thread.
-fn on_glommio<T, F, Fut>(f: F) -> T
-where
-    T: Send + 'static,
-    F: FnOnce() -> Fut + Send + 'static,
-    Fut: Future<Output = T> + 'static,
-{
-    LocalExecutorBuilder::default()
-        .spawn(f)
-        .expect("executor starts")
-        .join()
-        .expect("executor thread ends")
-}
-
 #[test]
 fn the_client_producer_keeps_the_order_of_per_record_keys() {
     let (_dir, broker) = start();
-    create(&broker, "keys", 1);
+    create_topic(&broker, "keys", 1);
     let addr = broker.addr;
     let input: Vec<(String, String)> = (0..200u32)
         .map(|i| (format!("k{}", i % 7), i.to_string()))

@@ -40,6 +40,34 @@ pub fn have_python(module: &str) -> bool {
     have(module, "python3", &["-c", &format!("import {module}")])
 }
 
+/// Runs `f` on a glommio executor thread of its own and returns its result.
+pub fn on_glommio<T, F, Fut>(f: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = T> + 'static,
+{
+    glommio::LocalExecutorBuilder::default()
+        .spawn(f)
+        .expect("executor starts")
+        .join()
+        .expect("executor thread ends")
+}
+
+/// Creates `topic` with `partitions` partitions and default settings.
+pub fn create_topic(broker: &Broker, topic: &str, partitions: u32) {
+    broker
+        .client()
+        .create_topic(
+            topic,
+            pagurus::protocol::native::TopicSettings {
+                partitions,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+}
+
 pub struct Broker {
     child: Option<Child>,
     pub addr: SocketAddr,
