@@ -3,6 +3,7 @@
 
 use std::cell::Cell;
 
+use crate::protocol::kafka::apis::SERVED;
 use crate::protocol::native::{ApiKey, ErrorCode};
 
 /// What a request was, for the `type` label.
@@ -17,14 +18,29 @@ pub enum RequestKind {
     HermitConsume,
     /// One HermitMQ v1 commit.
     HermitCommit,
+    /// A Kafka request of the served API at this index of [`SERVED`].
+    Kafka(u8),
+    /// A Kafka request for an API or version not served, or that did not decode.
+    KafkaUnknown,
 }
 
 const NATIVE_KINDS: usize = ApiKey::ALL.len();
-/// Every request kind: one per native api, then the four others.
-pub const KINDS: usize = NATIVE_KINDS + 4;
+/// Every request kind: one per native api, the four others of native and HermitMQ v1, one
+/// per served Kafka API and Kafka's unknown.
+pub const KINDS: usize = NATIVE_KINDS + 4 + SERVED.len() + 1;
+const KAFKA_FIRST: usize = NATIVE_KINDS + 4;
 pub const CODES: usize = ErrorCode::ALL.len();
 
 impl RequestKind {
+    /// The kind of a request of the served Kafka API `key`.
+    pub fn kafka(key: kafka_protocol::messages::ApiKey) -> RequestKind {
+        SERVED
+            .iter()
+            .position(|served| served.key == key)
+            .and_then(|at| u8::try_from(at).ok())
+            .map_or(RequestKind::KafkaUnknown, RequestKind::Kafka)
+    }
+
     fn index(self) -> usize {
         match self {
             RequestKind::Native(api) => ApiKey::ALL
@@ -35,6 +51,8 @@ impl RequestKind {
             RequestKind::HermitProduce => NATIVE_KINDS + 1,
             RequestKind::HermitConsume => NATIVE_KINDS + 2,
             RequestKind::HermitCommit => NATIVE_KINDS + 3,
+            RequestKind::Kafka(at) => KAFKA_FIRST + usize::from(at),
+            RequestKind::KafkaUnknown => KAFKA_FIRST + SERVED.len(),
         }
     }
 
@@ -45,6 +63,10 @@ impl RequestKind {
             Some(1) => RequestKind::HermitProduce,
             Some(2) => RequestKind::HermitConsume,
             Some(3) => RequestKind::HermitCommit,
+            Some(at) if at - 4 < SERVED.len() => {
+                RequestKind::Kafka(u8::try_from(at - 4).expect("fewer than 256 served APIs"))
+            }
+            Some(at) if at - 4 == SERVED.len() => RequestKind::KafkaUnknown,
             Some(_) => panic!("request kind index {index} out of range"),
         }
     }
@@ -57,6 +79,8 @@ impl RequestKind {
             RequestKind::HermitProduce => ("hermit", "Produce"),
             RequestKind::HermitConsume => ("hermit", "Consume"),
             RequestKind::HermitCommit => ("hermit", "Commit"),
+            RequestKind::Kafka(at) => ("kafka", SERVED[usize::from(at)].name),
+            RequestKind::KafkaUnknown => ("kafka", "Unknown"),
         }
     }
 }

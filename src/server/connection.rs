@@ -1,4 +1,5 @@
-//! One accepted connection: the protocol is chosen by its first byte.
+//! One accepted connection: the protocol is chosen by its first byte, and the connection
+//! becomes a [`Session`] of that protocol.
 
 use std::cell::RefCell;
 use std::io;
@@ -14,6 +15,7 @@ pub use crate::limits::ConnectionSlot;
 use crate::metrics::counters::Metrics;
 use crate::server::handoff::Place;
 use crate::server::io::read_exact;
+use crate::server::session::{Protocol, Session};
 use crate::server::{hermit, kafka, native};
 use crate::shard::Shard;
 use crate::shard::calls::HandOff;
@@ -83,18 +85,38 @@ async fn serve_inner(
             ));
         };
         let place = Place::handed_in(slot, read.slice(1..));
-        return hermit::serve(Rc::clone(shard), stream, role, deadline, place).await;
+        return hermit::serve(
+            session(shard, stream, Protocol::Hermit)?,
+            role,
+            deadline,
+            place,
+        )
+        .await;
     }
     let mut first = [0u8; 1];
     handshake(deadline, read_exact(&stream, &mut first)).await?;
     match first[0] {
         role @ 0x01..=0x03 => {
             let place = Place::accepted(slot);
-            hermit::serve(Rc::clone(shard), stream, role, deadline, place).await
+            hermit::serve(
+                session(shard, stream, Protocol::Hermit)?,
+                role,
+                deadline,
+                place,
+            )
+            .await
         }
-        0x00 => kafka::serve(Rc::clone(shard), stream).await,
-        first => native::serve(Rc::clone(shard), stream, first, deadline).await,
+        0x00 => kafka::serve(session(shard, stream, Protocol::Kafka)?).await,
+        first => native::serve(session(shard, stream, Protocol::Native)?, first, deadline).await,
     }
+}
+
+fn session(
+    shard: &Rc<Shard>,
+    stream: RefCell<TcpStream>,
+    protocol: Protocol,
+) -> io::Result<Rc<Session>> {
+    Session::new(Rc::clone(shard), stream, protocol).map(Rc::new)
 }
 
 fn set_nonblocking(stream: &TcpStream) -> io::Result<()> {

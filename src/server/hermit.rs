@@ -24,11 +24,15 @@ use crate::protocol::native::ErrorCode;
 use crate::protocol::record::{BatchHeader, RecordError};
 use crate::server::connection::handshake;
 use crate::server::handoff::Place;
-use crate::server::io::{RequestDeadline, read_some, write_all};
+use crate::server::io::{read_some, write_all};
 use crate::server::read_buf::ReadBuf;
-use crate::server::sendfile::send_range;
+use crate::server::session::pipeline::{
+    self, Framing, Frontend, Inbox, Lost, Outcome, Started, count_error,
+};
+use crate::server::session::{FileRange, Outbox, Session};
+use crate::shard::calls::Produced;
 use crate::shard::calls::{Fetch, SendPlan};
-use crate::shard::data::Batches;
+use crate::shard::data::{Batches, ProduceInFlight};
 use crate::shard::topics::TopicMeta;
 use crate::shard::{Failure, Shard};
 
@@ -42,50 +46,44 @@ const CONSUMER_WAIT_MS: u32 = 1000;
 const CONSUMER_PUSH_BYTES: u32 = 4 << 20;
 /// Smallest read into a connection's buffer.
 const READ_MIN_BYTES: usize = 4096;
-/// Largest first read of a batch body; later reads at most double what arrived.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
 
 /// Serves a v1 connection whose first byte was `role`. Producers and consumers move to the
 /// core that owns their partition right after the handshake (`server::handoff`).
 pub async fn serve(
-    shard: Rc<Shard>,
-    stream: RefCell<TcpStream>,
+    session: Rc<Session>,
     role: u8,
     deadline: Instant,
     mut place: Place,
 ) -> io::Result<()> {
     let read_ahead = place.take_read_ahead();
-    let mut buf = ReadBuf::from_slice(&read_ahead);
+    let mut inbox = Inbox::new(&session, &read_ahead);
     // Requests are counted per batch for producers, per session for consumers and commits
     // (a refused handshake counts as one request of the role, with its error), on the core
     // that serves them.
     match role {
-        hermit::ROLE_PRODUCER => producer(&shard, &stream, &mut buf, deadline, &mut place).await,
-        hermit::ROLE_CONSUMER => consumer(&shard, &stream, &mut buf, deadline, &mut place).await,
-        _ => commit(&shard, &stream, &mut buf, deadline).await,
+        hermit::ROLE_PRODUCER => producer(session, inbox, deadline, &mut place).await,
+        hermit::ROLE_CONSUMER => consumer(&session, &mut inbox.buf, deadline, &mut place).await,
+        _ => commit(&session, &mut inbox.buf, deadline).await,
     }
 }
 
 /// Reads until `parse` succeeds; `None` when the connection must close (the reason was
 /// logged and counted).
 async fn read_message<T>(
-    shard: &Shard,
+    session: &Session,
     kind: RequestKind,
-    stream: &RefCell<TcpStream>,
     buf: &mut ReadBuf,
     parse: impl Fn(&[u8]) -> Result<(T, usize), HermitError>,
 ) -> io::Result<Option<(T, usize)>> {
     loop {
         match parse(buf) {
             Ok((message, used)) => return Ok(Some((message, used))),
-            Err(HermitError::Incomplete { needed }) => fill(stream, buf, needed).await?,
+            Err(HermitError::Incomplete { needed }) => fill(&session.stream, buf, needed).await?,
             Err(error) => {
+                let shard = &session.shard;
                 Metrics::inc(&shard.metrics.bad_names);
                 shard.metrics.request_counts.request(kind);
-                shard
-                    .metrics
-                    .request_counts
-                    .error(kind, ErrorCode::InvalidName);
+                count_error(session, kind, ErrorCode::InvalidName);
                 warn!(%error, "HermitMQ handshake refused; connection closed");
                 return Ok(None);
             }
@@ -93,30 +91,12 @@ async fn read_message<T>(
     }
 }
 
-/// Reads at least `needed` more bytes into `buf`.
+/// Reads at least `needed` more bytes of a handshake into `buf` (bounded by the caller's
+/// handshake deadline).
 async fn fill(stream: &RefCell<TcpStream>, buf: &mut ReadBuf, needed: usize) -> io::Result<()> {
-    fill_by(stream, buf, needed, None).await
-}
-
-/// Reads at least `needed` more bytes into `buf`, giving up when `deadline` passes.
-async fn fill_by(
-    stream: &RefCell<TcpStream>,
-    buf: &mut ReadBuf,
-    needed: usize,
-    mut deadline: Option<&mut RequestDeadline>,
-) -> io::Result<()> {
     let target = buf.len() + needed;
     while buf.len() < target {
-        let len = buf.len();
-        if let Some(deadline) = deadline.as_mut() {
-            deadline.before_read(stream, len > 0)?;
-        }
-        // Grow with what arrives (at most doubling), never to the size a header merely
-        // announces: a producer cannot make the broker hold 50 MiB for a header alone.
-        let chunk = (target - len)
-            .min(len.max(READ_CHUNK_BYTES))
-            .max(READ_MIN_BYTES);
-        match read_some(stream, buf.spare(chunk)).await? {
+        match read_some(stream, buf.spare(READ_MIN_BYTES.max(target - buf.len()))).await? {
             0 => return Err(io::ErrorKind::UnexpectedEof.into()),
             n => buf.filled(n),
         }
@@ -125,15 +105,15 @@ async fn fill_by(
 }
 
 async fn producer(
-    shard: &Rc<Shard>,
-    stream: &RefCell<TcpStream>,
-    buf: &mut ReadBuf,
+    session: Rc<Session>,
+    mut inbox: Inbox,
     deadline: Instant,
     place: &mut Place,
 ) -> io::Result<()> {
-    let Some((hello, used)) = handshake(
+    let shard = &session.shard;
+    let Some(((topic, partition), used)) = handshake(
         deadline,
-        read_message(shard, PRODUCE, stream, buf, |b| {
+        read_message(&session, PRODUCE, &mut inbox.buf, |b| {
             hermit::parse_producer_hello(b).map(|(h, n)| ((h.topic.to_string(), h.partition), n))
         }),
     )
@@ -141,12 +121,11 @@ async fn producer(
     else {
         return Ok(());
     };
-    let (topic, partition) = hello;
     let meta = match shard.topic_on_demand(topic.as_bytes()).await {
         Ok(meta) => meta,
         Err(failure) => {
             shard.metrics.request_counts.request(PRODUCE);
-            shard.metrics.request_counts.error(PRODUCE, failure.code);
+            count_error(&session, PRODUCE, failure.code);
             warn!(topic, error = %failure.message, "HermitMQ producer refused; connection closed");
             return Ok(());
         }
@@ -154,117 +133,150 @@ async fn producer(
     if partition < meta.partitions {
         let owner = shard.owner(&meta.name, partition);
         if place
-            .move_to_owner(shard, stream, hermit::ROLE_PRODUCER, buf, owner)
+            .move_to_owner(
+                shard,
+                &session.stream,
+                hermit::ROLE_PRODUCER,
+                &inbox.buf,
+                owner,
+            )
             .await
         {
             return Ok(());
         }
     }
-    buf.advance(used);
-    let limits = shard.config.log.limits;
-    let mut deadline =
-        RequestDeadline::new(shard.config.idle_timeout, shard.config.request_timeout);
-    loop {
-        // The header first: magic and sizes are checked before the body is waited for.
-        let header = loop {
-            match BatchHeader::decode(buf, &limits) {
-                Ok(header) => break header,
-                Err(RecordError::Incomplete { needed }) => {
-                    match next_bytes(shard, stream, buf, needed, &mut deadline).await {
-                        Ok(Some(())) => {}
-                        Ok(None) => return Ok(()),
-                        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && buf.is_empty() => {
-                            return Ok(());
-                        }
-                        Err(e) => return Err(too_slow(shard, buf.len(), e)),
-                    }
-                }
-                Err(error) => {
-                    Metrics::inc(&shard.metrics.bad_batches);
-                    shard.metrics.request_counts.request(PRODUCE);
-                    shard
-                        .metrics
-                        .request_counts
-                        .error(PRODUCE, ErrorCode::from(&error));
-                    warn!(%error, topic, "HermitMQ producer sent a bad batch; connection closed (v1 has no error frame)");
-                    return Ok(());
-                }
-            }
-        };
-        let len = header.batch_len();
-        if buf.len() < len {
-            fill_by(stream, buf, len - buf.len(), Some(&mut deadline))
-                .await
-                .map_err(|e| too_slow(shard, buf.len(), e))?;
-        }
-        shard.metrics.request_counts.request(PRODUCE);
-        deadline.done();
-        if deleted_since(shard, &meta) {
-            // v1 has no error frame, and an 0xFF would invite a retry that creates the
-            // topic again: the connection ends, as the delete asks.
-            shard
-                .metrics
-                .request_counts
-                .error(PRODUCE, ErrorCode::UnknownTopic);
-            warn!(
-                topic,
-                "topic deleted while this HermitMQ producer used it; connection closed"
-            );
-            return Ok(());
-        }
-        let ack = if partition >= meta.partitions {
-            shard
-                .metrics
-                .request_counts
-                .error(PRODUCE, ErrorCode::UnknownPartition);
-            debug!(
-                topic,
-                partition, "HermitMQ produce to a partition that does not exist"
-            );
-            hermit::encode_ack(hermit::ACK_FAILED, 0)
-        } else {
-            match append(shard, &topic, partition, &buf[..len]).await {
-                Ok(base_offset) => hermit::encode_ack(hermit::ACK_STORED, base_offset),
-                Err(failure) => {
-                    shard.metrics.request_counts.error(PRODUCE, failure.code);
-                    if failure.code == crate::protocol::native::ErrorCode::StorageFull {
-                        Metrics::inc(&shard.metrics.produce_storage_full);
-                    }
-                    warn!(topic, partition, error = %failure.message, "HermitMQ append failed; 0xFF sent");
-                    hermit::encode_ack(hermit::ACK_FAILED, 0)
-                }
-            }
-        };
-        buf.advance(len);
-        write_all(stream, &ack)
-            .await
-            .map_err(|e| write_stalled(shard, e))?;
-    }
+    inbox.buf.advance(used);
+    let frontend = HermitProducer {
+        topic,
+        partition,
+        meta,
+        limits: shard.config.log.limits,
+    };
+    pipeline::run(Rc::new(frontend), session, inbox).await
 }
 
-/// Reads at least `needed` more bytes of a batch. Between batches it also watches for the
-/// broker stopping, and then ends with `None`: a v1 producer stops at a batch boundary,
-/// as native connections stop at a frame boundary (v1 has no goodbye; the connection just
-/// ends, and nothing half-read is dropped).
-async fn next_bytes(
-    shard: &Shard,
-    stream: &RefCell<TcpStream>,
-    buf: &mut ReadBuf,
-    needed: usize,
-    deadline: &mut RequestDeadline,
-) -> io::Result<Option<()>> {
-    if !buf.is_empty() {
-        return fill_by(stream, buf, needed, Some(deadline)).await.map(Some);
+/// A v1 producer's batches: one batch a request, acknowledged in order with a 9-byte ack.
+/// v1 has no error frame: a bad batch closes the connection, and nothing partial is stored.
+struct HermitProducer {
+    topic: String,
+    partition: u32,
+    /// The topic the handshake named, as it was then.
+    meta: Rc<TopicMeta>,
+    limits: crate::limits::Limits,
+}
+
+enum ProducerPending {
+    Produce(ProduceInFlight),
+    /// Refused before it was staged: an 0xFF ack with this error.
+    Refused(ErrorCode),
+    /// The topic was deleted: the connection ends.
+    Deleted,
+}
+
+enum ProducerAnswer {
+    Acked(Result<Produced, Failure>),
+    Refused(ErrorCode),
+    Deleted,
+}
+
+impl Frontend for HermitProducer {
+    type Pending = ProducerPending;
+    type Answer = ProducerAnswer;
+
+    fn framing(&self, buf: &[u8]) -> Framing {
+        // The header first: magic and sizes are checked before the body is waited for.
+        match BatchHeader::decode(buf, &self.limits) {
+            Ok(header) => match header.batch_len() {
+                len if buf.len() >= len => Framing::Complete { frame_bytes: len },
+                len => Framing::Incomplete {
+                    needed: len - buf.len(),
+                },
+            },
+            Err(RecordError::Incomplete { needed }) => Framing::Incomplete { needed },
+            Err(error) => Framing::Lost(Lost {
+                reason: format!(
+                    "HermitMQ producer of {} sent a bad batch (v1 has no error frame): {error}",
+                    self.topic
+                ),
+                counter: |metrics| &metrics.bad_batches,
+                request: Some((PRODUCE, ErrorCode::from(&error))),
+            }),
+        }
     }
-    if shard.shutdown.is_requested() {
-        return Ok(None);
+
+    async fn start(&self, session: &Rc<Session>, batch: &[u8]) -> Started<ProducerPending> {
+        let shard = &session.shard;
+        let pending = if deleted_since(shard, &self.meta) {
+            // v1 has no error frame, and an 0xFF would invite a retry that creates the
+            // topic again: the connection ends, as the delete asks.
+            ProducerPending::Deleted
+        } else if self.partition >= self.meta.partitions {
+            debug!(
+                topic = self.topic,
+                partition = self.partition,
+                "HermitMQ produce to a partition that does not exist"
+            );
+            ProducerPending::Refused(ErrorCode::UnknownPartition)
+        } else {
+            match shard
+                .start_produce(
+                    self.topic.as_bytes(),
+                    self.partition,
+                    Batches::Single(batch),
+                )
+                .await
+            {
+                Ok(produce) => ProducerPending::Produce(produce),
+                Err(failure) => {
+                    warn!(topic = self.topic, partition = self.partition, error = %failure.message, "HermitMQ append failed; 0xFF sent");
+                    ProducerPending::Refused(failure.code)
+                }
+            }
+        };
+        Started {
+            kind: PRODUCE,
+            pending,
+        }
     }
-    async { fill_by(stream, buf, needed, Some(deadline)).await.map(Some) }
-        .or(async {
-            shard.shutdown.wait().await;
-            Ok(None)
-        })
-        .await
+
+    async fn answer(&self, session: &Rc<Session>, pending: ProducerPending) -> ProducerAnswer {
+        match pending {
+            ProducerPending::Produce(produce) => {
+                ProducerAnswer::Acked(session.shard.finish_produce(produce).await)
+            }
+            ProducerPending::Refused(code) => ProducerAnswer::Refused(code),
+            ProducerPending::Deleted => ProducerAnswer::Deleted,
+        }
+    }
+
+    fn write(&self, _session: &Session, answer: ProducerAnswer, out: &mut Outbox) -> Outcome {
+        let code = match answer {
+            ProducerAnswer::Acked(Ok(produced)) => {
+                let ack = hermit::encode_ack(hermit::ACK_STORED, produced.base_offset);
+                out.bytes().extend_from_slice(&ack);
+                return Outcome::Done;
+            }
+            ProducerAnswer::Acked(Err(failure)) => {
+                warn!(topic = self.topic, partition = self.partition, error = %failure.message, "HermitMQ append failed; 0xFF sent");
+                failure.code
+            }
+            ProducerAnswer::Refused(code) => code,
+            ProducerAnswer::Deleted => {
+                warn!(
+                    topic = self.topic,
+                    "topic deleted while this HermitMQ producer used it; connection closed"
+                );
+                return Outcome::Close(Some(ErrorCode::UnknownTopic));
+            }
+        };
+        out.bytes()
+            .extend_from_slice(&hermit::encode_ack(hermit::ACK_FAILED, 0));
+        Outcome::Failed(code)
+    }
+
+    fn too_large(&self, _: &Session, _: &[u8], _: u64) -> Option<Started<ProducerPending>> {
+        None // framing refuses a batch over the limit: the connection closes
+    }
 }
 
 /// True when the topic this connection was opened on is gone (deleted, or deleted and made
@@ -276,19 +288,6 @@ fn deleted_since(shard: &Shard, meta: &Rc<TopicMeta>) -> bool {
         .is_none_or(|current| current.id != meta.id)
 }
 
-/// Counts and logs a batch that did not arrive whole in time (mid-batch timeouts only).
-fn too_slow(shard: &Shard, received_bytes: usize, error: io::Error) -> io::Error {
-    if error.kind() == io::ErrorKind::TimedOut && received_bytes > 0 {
-        Metrics::inc(&shard.metrics.requests_too_slow);
-        warn!(
-            received_bytes,
-            timeout = ?shard.config.request_timeout,
-            "HermitMQ batch not complete within the request timeout of its first bytes; connection closed"
-        );
-    }
-    error
-}
-
 /// Counts and logs a client that stopped reading what it is sent.
 fn write_stalled(shard: &Shard, error: io::Error) -> io::Error {
     if error.kind() == io::ErrorKind::TimedOut {
@@ -298,34 +297,21 @@ fn write_stalled(shard: &Shard, error: io::Error) -> io::Error {
     error
 }
 
-/// Appends one batch wherever its partition lives; returns its base offset once acknowledged.
-async fn append(
-    shard: &Rc<Shard>,
-    topic: &str,
-    partition: u32,
-    batch: &[u8],
-) -> Result<u64, Failure> {
-    let produced = shard
-        .produce(topic.as_bytes(), partition, Batches::Single(batch))
-        .await?;
-    Ok(produced.base_offset)
-}
-
 enum Wake {
     Data(Result<SendPlan, Failure>),
     Disconnected,
 }
 
 async fn consumer(
-    shard: &Rc<Shard>,
-    stream: &RefCell<TcpStream>,
+    session: &Session,
     buf: &mut ReadBuf,
     deadline: Instant,
     place: &mut Place,
 ) -> io::Result<()> {
+    let (shard, stream) = (&session.shard, &session.stream);
     let Some(((group, topic, partition), _)) = handshake(
         deadline,
-        read_message(shard, CONSUME, stream, buf, |b| {
+        read_message(session, CONSUME, buf, |b| {
             hermit::parse_consumer_hello(b)
                 .map(|(h, n)| ((h.group.to_string(), h.topic.to_string(), h.partition), n))
         }),
@@ -339,7 +325,7 @@ async fn consumer(
         refused => {
             let code = refused.map_or_else(|f| f.code, |_| ErrorCode::UnknownPartition);
             shard.metrics.request_counts.request(CONSUME);
-            shard.metrics.request_counts.error(CONSUME, code);
+            count_error(session, CONSUME, code);
             warn!(
                 topic,
                 partition, "HermitMQ consumer for a partition that cannot exist; connection closed"
@@ -371,12 +357,10 @@ async fn consumer(
     let mut offset = committed.unwrap_or(log_start).max(log_start);
     debug!(group, topic, partition, offset, "HermitMQ consumer starts");
     let mut probe = [0u8; 1];
+    let mut out = Outbox::default();
     loop {
         if deleted_since(shard, &meta) {
-            shard
-                .metrics
-                .request_counts
-                .error(CONSUME, ErrorCode::UnknownTopic);
+            count_error(session, CONSUME, ErrorCode::UnknownTopic);
             warn!(
                 group,
                 topic,
@@ -417,7 +401,7 @@ async fn consumer(
                 continue;
             }
             Wake::Data(Err(failure)) => {
-                shard.metrics.request_counts.error(CONSUME, failure.code);
+                count_error(session, CONSUME, failure.code);
                 warn!(topic, partition, error = %failure.message, "HermitMQ consumer stopped");
                 return Ok(());
             }
@@ -428,34 +412,29 @@ async fn consumer(
             }
             continue;
         }
-        let file = match crate::server::sendfile::open_segment(&plan.wal_path, plan.file_id) {
-            Ok(file) => file,
+        let range = match FileRange::of_plan(&plan) {
+            Ok(range) => range,
             // Replaced by compaction or deleted by retention since the plan: plan again.
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                crate::metrics::counters::Metrics::inc(&shard.metrics.fetches_replanned);
+                Metrics::inc(&shard.metrics.fetches_replanned);
                 debug!(path = %plan.wal_path.display(), %error, "segment replaced after planning; fetching again");
                 continue;
             }
             Err(error) => return Err(error),
         };
-        send_range(stream, &file, plan.position, plan.length, plan.hot)
+        out.file(range);
+        out.send(session)
             .await
             .map_err(|e| write_stalled(shard, e))?;
-        Metrics::add(&shard.metrics.bytes_out, plan.length);
-        Metrics::add(&shard.metrics.records_out, plan.records);
         offset = plan.next_offset;
     }
 }
 
-async fn commit(
-    shard: &Rc<Shard>,
-    stream: &RefCell<TcpStream>,
-    buf: &mut ReadBuf,
-    deadline: Instant,
-) -> io::Result<()> {
+async fn commit(session: &Session, buf: &mut ReadBuf, deadline: Instant) -> io::Result<()> {
+    let (shard, stream) = (&session.shard, &session.stream);
     let Some(((group, topic, partition, offset), _)) = handshake(
         deadline,
-        read_message(shard, COMMIT, stream, buf, |b| {
+        read_message(session, COMMIT, buf, |b| {
             hermit::parse_commit(b).map(|(c, n)| {
                 (
                     (
@@ -480,7 +459,7 @@ async fn commit(
     {
         Ok(()) => write_all(stream, &[hermit::COMMIT_DONE]).await,
         Err(failure) => {
-            shard.metrics.request_counts.error(COMMIT, failure.code);
+            count_error(session, COMMIT, failure.code);
             // v1 has no error answer: close without 0x01, so the client sees the failure.
             warn!(group, topic, partition, error = %failure.message, "HermitMQ commit failed; connection closed");
             Ok(())

@@ -11,9 +11,7 @@ use std::io;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
-use futures_lite::future::poll_once;
 use futures_lite::{AsyncRead, AsyncWrite};
-use glommio::channels::local_channel::LocalReceiver;
 use glommio::net::TcpStream;
 
 /// Reads what is available (at least one byte, or 0 at end of stream).
@@ -95,29 +93,4 @@ impl RequestDeadline {
         stream.borrow().set_read_timeout(Some(timeout))?;
         Ok(())
     }
-}
-
-/// Writes what a connection's writer task gathered in `out`, if anything, and empties it:
-/// answers are batched into one write until a sendfile or a wait needs the socket.
-pub async fn flush(stream: &RefCell<TcpStream>, out: &mut Vec<u8>) -> io::Result<()> {
-    if !out.is_empty() {
-        write_all(stream, out).await?;
-        out.clear();
-    }
-    Ok(())
-}
-
-/// The next answer for a connection's writer task; `None` once the reader is gone. When
-/// none is waiting, what `out` gathered is written first: answers that are ready together
-/// go out in one write, and none waits for a later one.
-pub async fn next_answer<T>(
-    rx: &LocalReceiver<T>,
-    stream: &RefCell<TcpStream>,
-    out: &mut Vec<u8>,
-) -> io::Result<Option<T>> {
-    if let Some(ready) = poll_once(rx.recv()).await {
-        return Ok(ready);
-    }
-    flush(stream, out).await?;
-    Ok(rx.recv().await)
 }

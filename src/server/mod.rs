@@ -1,12 +1,12 @@
 //! The broker process: one glommio executor per core, listeners, connections, shutdown.
 //!
 //! - [`connection`]: first-byte protocol selection and the connection limit.
-//! - [`native`]: the native protocol's reader/writer pair.
-//! - [`hermit`]: HermitMQ v1 producers, consumers and commits.
+//! - [`session`]: a connection of any protocol, and its one reader/writer pipeline.
+//! - [`native`], [`kafka`]: the native and Kafka front-ends (a codec, a handler per request).
+//! - [`hermit`]: HermitMQ v1 producers (a front-end), consumers and commits.
 //! - [`handoff`]: moving a v1 connection to the core that owns its partition.
 //! - [`sendfile`]: zero-copy sends of segment bytes.
 //! - [`io`]: socket reads and writes shared by a connection's two tasks.
-//! - [`metrics`]: per-core counters.
 //! - [`scrape`]: the `/metrics` endpoint.
 
 pub mod connection;
@@ -18,6 +18,7 @@ pub mod native;
 pub mod read_buf;
 pub mod scrape;
 pub mod sendfile;
+pub mod session;
 pub mod time_seek;
 
 use std::fs::File;

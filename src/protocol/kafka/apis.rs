@@ -21,6 +21,8 @@ use super::header::{HeaderError, HeaderPrefix, RequestHeader};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Served {
     pub key: ApiKey,
+    /// Kafka's name for the API (`Produce`, `OffsetFetch`, ...): the metrics label.
+    pub name: &'static str,
     pub min_version: i16,
     pub max_version: i16,
 }
@@ -29,7 +31,7 @@ macro_rules! served_apis {
     ($($variant:ident($request:ty) = $min:literal ..= $max:literal),+ $(,)?) => {
         /// Every served API with its versions, in api key order (the ApiVersions answer).
         pub const SERVED: &[Served] = &[
-            $(Served { key: ApiKey::$variant, min_version: $min, max_version: $max }),+
+            $(Served { key: ApiKey::$variant, name: stringify!($variant), min_version: $min, max_version: $max }),+
         ];
 
         /// A decoded request of a served API.

@@ -27,6 +27,7 @@ use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::{RequestHeader, convert};
 use crate::protocol::record::{self, BatchFormat};
 use crate::server::native::FETCH_BYTES_MAX;
+use crate::server::session::FileRange;
 use crate::shard::calls::{Fetch, SendPlan};
 
 /// Partitions one Fetch may name.
@@ -283,7 +284,7 @@ async fn encode(
                 .iter()
                 .map(|p| match p {
                     Part::Bytes(b) => b.len(),
-                    Part::File { length, .. } => *length as usize,
+                    Part::File(range) => range.length as usize,
                 })
                 .sum();
             if flexible {
@@ -410,13 +411,13 @@ async fn records(conn: &Conn, plan: &SendPlan, budget: &mut u64) -> io::Result<V
                     parts.push(Part::Bytes(std::mem::take(&mut converted)));
                 }
                 let header = record::HEADER_LEN as u64;
-                parts.push(Part::File {
+                parts.push(Part::File(FileRange {
                     file: Rc::clone(&file),
                     position: u64::from(entry.position) + header,
                     length: u64::from(entry.length) - header,
                     hot: plan.hot,
-                });
-                Metrics::add(&conn.shard.metrics.records_out, u64::from(entry.records));
+                    records: u64::from(entry.records),
+                }));
             }
             BatchFormat::Native => {
                 let start = span.map_or(0, |(start, _)| start);

@@ -11,28 +11,25 @@
 //! This module only frames, decodes and dispatches; one handler per API in its own file,
 //! each calling the shard API. Group APIs live in `groups*.rs`.
 
-use std::cell::RefCell;
 use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
-use futures_lite::FutureExt;
-use futures_lite::future::poll_once;
-use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use glommio::net::TcpStream;
 use kafka_protocol::protocol::Encodable;
 use tracing::{debug, warn};
 
 use crate::metrics::counters::Metrics;
+use crate::metrics::requests::RequestKind;
 use crate::protocol::kafka::RequestHeader;
 use crate::protocol::kafka::apis::{self, ApiError, KafkaRequest};
 use crate::protocol::kafka::frame::{self, FrameError};
 use crate::protocol::kafka::header::HeaderPrefix;
-use crate::server::io::{RequestDeadline, flush, next_answer, read_some};
+use crate::server::session::pipeline::{
+    self, Framing, Frontend, Inbox, Later, Lost, Outcome, Started,
+};
+use crate::server::session::{FileRange, Outbox, Session};
 use crate::shard::Shard;
-use crate::shard::used::UsedTopics;
 
 mod alter_configs;
 mod api_versions;
@@ -54,55 +51,20 @@ mod list_offsets;
 mod metadata;
 mod produce;
 
-/// Reads between frames and inside them.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
-/// A read buffer larger than this is freed between frames.
-const IDLE_BUFFER_BYTES_MAX: usize = 1 << 20;
-/// Answers ready together are sent in one write up to this size.
-const WRITE_BATCH_BYTES: usize = 64 * 1024;
 /// Bytes a request may carry beyond one batch at the payload limit (headers, several
 /// partitions' small batches).
 const REQUEST_OVERHEAD_BYTES: u64 = 1 << 20;
 
-/// Which listener accepted the connection: it decides what "not the leader" means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Listener {
-    /// The main port: any core may have accepted it (SO_REUSEPORT), so requests for other
-    /// cores' partitions go through the shard API (a mesh hop), never NOT_LEADER.
-    Main,
-    /// A core's shard port, advertised in Metadata as broker `core`: a partition another
-    /// core owns gets NOT_LEADER_OR_FOLLOWER, and the client refreshes its metadata.
-    Shard(usize),
-}
+pub use crate::server::session::Listener;
 
-/// What every handler of one connection knows.
-pub struct Conn {
-    pub shard: Rc<Shard>,
-    pub listener: Listener,
-    /// The address the client reached this broker at: what Metadata advertises.
-    pub host: String,
-    /// What this connection used, so that a deleted topic stays deleted (`shard::used`).
-    pub used: UsedTopics,
-}
-
-impl Conn {
-    /// True when a request for a partition owned by `owner` must be refused with
-    /// NOT_LEADER_OR_FOLLOWER on this connection.
-    pub fn not_leader(&self, owner: usize) -> bool {
-        matches!(self.listener, Listener::Shard(core) if core != owner)
-    }
-}
+/// What every handler of one connection knows: the session.
+pub type Conn = Session;
 
 /// One part of an answer.
 pub enum Part {
     Bytes(Vec<u8>),
-    /// `length` bytes of a segment file from `position`, sent with sendfile.
-    File {
-        file: Rc<std::fs::File>,
-        position: u64,
-        length: u64,
-        hot: bool,
-    },
+    /// A range of a segment file, sent with sendfile.
+    File(FileRange),
 }
 
 /// The answer to one request: parts written in order (none for a produce with acks=0).
@@ -126,7 +88,7 @@ impl Reply {
 /// What the writer does to answer one request.
 pub enum Pending {
     Ready(Reply),
-    Later(Pin<Box<dyn Future<Output = Reply>>>),
+    Later(Later<Reply>),
 }
 
 impl Pending {
@@ -165,116 +127,89 @@ fn prefix_of(header: &RequestHeader) -> HeaderPrefix {
     }
 }
 
-/// Serves a Kafka connection whose first byte (0x00, the top byte of the first frame's
-/// size) was already read.
-pub async fn serve(shard: Rc<Shard>, stream: RefCell<TcpStream>) -> io::Result<()> {
-    let local = stream.borrow().local_addr()?;
-    let listener =
-        match (0..shard.cores()).find(|&c| shard.config.shard_port(c) == Some(local.port())) {
-            Some(core) => Listener::Shard(core),
-            None => Listener::Main,
-        };
-    let conn = Rc::new(Conn {
-        shard: Rc::clone(&shard),
-        listener,
-        host: local.ip().to_string(),
-        used: UsedTopics::kafka(&shard),
-    });
-    let stream = Rc::new(stream);
-    let (tx, rx) = local_channel::new_bounded(shard.config.in_flight_max.max(1));
-    let writer = glommio::spawn_local(writer_loop(Rc::clone(&shard), Rc::clone(&stream), rx));
-    let read = reader_loop(&conn, &stream, tx).await;
-    let written = writer.await;
-    if let Err(error) = &written
-        && error.kind() == io::ErrorKind::TimedOut
-    {
-        Metrics::inc(&shard.metrics.writes_stalled);
-        warn!(timeout = ?shard.config.idle_timeout, "Kafka client read nothing while answers waited; connection closed");
-    }
-    read.and(written)
+/// The Kafka protocol's codec and handlers.
+struct Kafka {
+    body_max: u64,
 }
 
-async fn reader_loop(
-    conn: &Rc<Conn>,
-    stream: &RefCell<TcpStream>,
-    tx: LocalSender<Pending>,
-) -> io::Result<()> {
-    let shard = &conn.shard;
-    let body_max = shard.config.log.limits.max_payload_bytes
-        + shard.config.log.limits.max_key_bytes
-        + REQUEST_OVERHEAD_BYTES;
-    // The first byte was read by the protocol selection.
-    let mut buf = BytesMut::from(&[0u8][..]);
-    let mut deadline =
-        RequestDeadline::new(shard.config.idle_timeout, shard.config.request_timeout);
-    loop {
-        match frame::check(&buf, body_max) {
-            Ok(body_len) => {
-                deadline.done();
-                let frame_len = frame::SIZE_LEN + body_len;
-                let body = buf.split_to(frame_len).freeze().slice(frame::SIZE_LEN..);
-                let pending = dispatch(conn, body).await;
-                if tx.send(pending).await.is_err() {
-                    return Ok(());
-                }
-            }
-            Err(FrameError::Incomplete { needed }) => {
-                let at_boundary = buf.is_empty();
-                if at_boundary && shard.shutdown.is_requested() {
-                    return Ok(());
-                }
-                if at_boundary && buf.capacity() > IDLE_BUFFER_BYTES_MAX {
-                    buf = BytesMut::new();
-                }
-                let len = buf.len();
-                let chunk = needed.min(len.max(READ_CHUNK_BYTES)).max(READ_CHUNK_BYTES);
-                deadline.before_read(stream, !at_boundary)?;
-                buf.resize(len + chunk, 0);
-                let read = async { Some(read_some(stream, &mut buf[len..]).await) };
-                let event = if at_boundary {
-                    read.or(async {
-                        shard.shutdown.wait().await;
-                        None
-                    })
-                    .await
-                } else {
-                    read.await
-                };
-                match event {
-                    None => return Ok(()),
-                    Some(Ok(0)) => return Ok(()),
-                    Some(Ok(n)) => buf.truncate(len + n),
-                    Some(Err(e)) => {
-                        if e.kind() == io::ErrorKind::TimedOut && !at_boundary {
-                            Metrics::inc(&shard.metrics.requests_too_slow);
-                        }
-                        return Err(e);
-                    }
-                }
-            }
-            Err(error) => {
-                // A negative size or a frame over the limit: Kafka's framing gives no way to
-                // answer a request that was not read, so the connection closes (as Kafka's
-                // broker does), with a log line and a metric.
-                Metrics::inc(&shard.metrics.frames_too_large);
-                warn!(%error, "Kafka frame refused; connection closed");
-                return Ok(());
+/// Serves a Kafka connection whose first byte (0x00, the top byte of the first frame's
+/// size) was already read.
+pub async fn serve(session: Rc<Session>) -> io::Result<()> {
+    let limits = session.shard.config.log.limits;
+    let frontend = Kafka {
+        body_max: limits.max_payload_bytes + limits.max_key_bytes + REQUEST_OVERHEAD_BYTES,
+    };
+    let inbox = Inbox::new(&session, &[0]);
+    pipeline::run(Rc::new(frontend), session, inbox).await
+}
+
+impl Frontend for Kafka {
+    type Pending = Pending;
+    type Answer = Reply;
+
+    fn framing(&self, buf: &[u8]) -> Framing {
+        match frame::check(buf, self.body_max) {
+            Ok(body_len) => Framing::Complete {
+                frame_bytes: frame::SIZE_LEN + body_len,
+            },
+            Err(FrameError::Incomplete { needed }) => Framing::Incomplete { needed },
+            // A negative size or a frame over the limit: Kafka's framing gives no way to
+            // answer a request that was not read, so the connection closes (as Kafka's
+            // broker does), with a log line and a metric.
+            Err(error) => Framing::Lost(Lost {
+                reason: error.to_string(),
+                counter: |metrics| &metrics.frames_too_large,
+                request: None,
+            }),
+        }
+    }
+
+    async fn start(&self, session: &Rc<Session>, frame: &[u8]) -> Started<Pending> {
+        // kafka-protocol decodes from `Bytes`; the records it slices out of this copy are
+        // what a produce stages.
+        let body = Bytes::copy_from_slice(&frame[frame::SIZE_LEN..]);
+        dispatch(session, body).await
+    }
+
+    async fn answer(&self, _session: &Rc<Session>, pending: Pending) -> Reply {
+        match pending {
+            Pending::Ready(reply) => reply,
+            Pending::Later(future) => future.await,
+        }
+    }
+
+    fn write(&self, _session: &Session, reply: Reply, out: &mut Outbox) -> Outcome {
+        for part in reply.parts {
+            match part {
+                Part::Bytes(bytes) => out.bytes().extend_from_slice(&bytes),
+                Part::File(range) => out.file(range),
             }
         }
+        Outcome::Done
+    }
+
+    fn too_large(&self, _: &Session, _: &[u8], _: u64) -> Option<Started<Pending>> {
+        None // framing closes the connection on a frame over the limit
     }
 }
 
 /// Decodes one request and starts it.
-async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Pending {
+async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Started<Pending> {
     let shard = &conn.shard;
     Metrics::inc(&shard.metrics.kafka_requests);
     let prefix = HeaderPrefix::peek(&body).ok();
     let (header, request) = match apis::decode_request(body) {
         Ok(decoded) => decoded,
-        Err(error) => return refuse(shard, prefix, error),
+        Err(error) => {
+            return Started {
+                kind: RequestKind::KafkaUnknown,
+                pending: refuse(shard, prefix, error),
+            };
+        }
     };
+    let kind = RequestKind::kafka(header.api_key);
     debug!(api = ?header.api_key, version = header.api_version, correlation_id = header.correlation_id, "Kafka request");
-    match request {
+    let pending = match request {
         KafkaRequest::ApiVersions(r) => api_versions::handle(&header, r),
         KafkaRequest::Metadata(r) => metadata::handle(conn, header, r),
         KafkaRequest::Produce(r) => produce::start(conn, header, r).await,
@@ -290,7 +225,8 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Pending {
         }
         KafkaRequest::InitProducerId(r) => init_producer_id::handle(conn, header, r),
         group => groups::handle(conn, header, group),
-    }
+    };
+    Started { kind, pending }
 }
 
 /// The answer to a request that did not decode: UNSUPPORTED_VERSION for an API or version
@@ -323,48 +259,4 @@ fn refuse(shard: &Shard, prefix: Option<HeaderPrefix>, error: ApiError) -> Pendi
         }
     }
     Pending::Ready(Reply::frame(out.to_vec()))
-}
-
-async fn writer_loop(
-    shard: Rc<Shard>,
-    stream: Rc<RefCell<TcpStream>>,
-    rx: LocalReceiver<Pending>,
-) -> io::Result<()> {
-    let mut out = Vec::new();
-    loop {
-        let Some(pending) = next_answer(&rx, &stream, &mut out).await? else {
-            break;
-        };
-        let reply = match pending {
-            Pending::Ready(reply) => reply,
-            Pending::Later(mut future) => match poll_once(&mut future).await {
-                Some(reply) => reply,
-                None => {
-                    // Send what is ready before waiting (an fsync, a long poll, a mesh hop).
-                    flush(&stream, &mut out).await?;
-                    future.await
-                }
-            },
-        };
-        for part in reply.parts {
-            match part {
-                Part::Bytes(bytes) => out.extend_from_slice(&bytes),
-                Part::File {
-                    file,
-                    position,
-                    length,
-                    hot,
-                } => {
-                    flush(&stream, &mut out).await?;
-                    crate::server::sendfile::send_range(&stream, &file, position, length, hot)
-                        .await?;
-                    Metrics::add(&shard.metrics.bytes_out, length);
-                }
-            }
-        }
-        if out.len() >= WRITE_BATCH_BYTES {
-            flush(&stream, &mut out).await?;
-        }
-    }
-    flush(&stream, &mut out).await
 }

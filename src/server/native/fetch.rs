@@ -1,24 +1,20 @@
 //! Fetch: the plan comes from the shard (here or the owner, long-polling), the bytes go
 //! from this core's descriptor of the segment file to the socket with sendfile.
 
-use std::cell::RefCell;
 use std::io;
-
-use glommio::net::TcpStream;
+use std::rc::Rc;
 
 use crate::metrics::counters::Metrics;
-use crate::metrics::requests::RequestKind;
-use crate::protocol::native::{self, ApiKey, ErrorCode};
-use crate::server::native::{Pending, Tag, error_frame, flush};
-use crate::server::sendfile::send_range;
+use crate::protocol::native::{self, ErrorCode};
+use crate::server::native::{Pending, Tag, error_frame};
+use crate::server::session::pipeline::Outcome;
+use crate::server::session::{FileRange, Outbox, Session};
 use crate::shard::calls::{Fetch, SendPlan};
 use crate::shard::used::UsedTopics;
 use crate::shard::{Failure, Shard};
 
 /// Largest fetch response a client may ask for.
 pub const FETCH_BYTES_MAX: u32 = 64 * 1024 * 1024;
-
-const FETCH: RequestKind = RequestKind::Native(ApiKey::Fetch);
 
 pub(super) fn start(
     tag: Tag,
@@ -42,50 +38,36 @@ pub(super) fn start(
     }
 }
 
-pub(super) async fn answer(
-    shard: &std::rc::Rc<Shard>,
+/// Plans the fetch when the writer reaches it (a long poll waits here).
+pub(super) async fn plan(
+    shard: &Rc<Shard>,
     used: &UsedTopics,
-    stream: &RefCell<TcpStream>,
-    out: &mut Vec<u8>,
-    correlation_id: u32,
     fetch: Fetch,
-) -> io::Result<()> {
+) -> Result<SendPlan, Failure> {
     let topic = fetch.topic.clone();
     // Checked right before the fetch may create the topic: a tailing consumer's next fetch
     // must not bring back a topic deleted under it.
-    let fetched = match used.check(shard, topic.as_bytes()) {
-        Ok(()) => shard.fetch(fetch).await,
-        Err(failure) => Err(failure),
-    };
-    match fetched {
-        Ok(plan) => {
-            used.record(shard, topic.as_bytes());
-            send_fetch(shard, stream, out, correlation_id, plan).await
-        }
-        Err(failure) => {
-            out.extend(error_frame(shard, (FETCH, correlation_id), &failure));
-            Ok(())
-        }
-    }
+    used.check(shard, topic.as_bytes())?;
+    let plan = shard.fetch(fetch).await?;
+    used.record(shard, topic.as_bytes());
+    Ok(plan)
 }
 
-/// Writes a fetch response: the head from user space, the batches from the file.
-async fn send_fetch(
-    shard: &Shard,
-    stream: &RefCell<TcpStream>,
-    out: &mut Vec<u8>,
+/// Writes a fetch answer: the head from user space, the batches from the segment file.
+pub(super) fn write(
+    session: &Session,
     correlation_id: u32,
-    plan: SendPlan,
-) -> io::Result<()> {
-    let mut plan = plan;
-    let file = if plan.length > 0 {
-        match crate::server::sendfile::open_segment(&plan.wal_path, plan.file_id) {
-            Ok(file) => Some(file),
+    mut plan: SendPlan,
+    out: &mut Outbox,
+) -> Outcome {
+    let range = if plan.length > 0 {
+        match FileRange::of_plan(&plan) {
+            Ok(range) => Some(range),
             // Compaction replaced the segment (or retention deleted it) between the plan and
             // now. Answer "nothing yet" at the same offset: the consumer fetches again and
             // gets the new segment's batches (or the coded out-of-range error).
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
-                Metrics::inc(&shard.metrics.fetches_replanned);
+                Metrics::inc(&session.shard.metrics.fetches_replanned);
                 tracing::debug!(path = %plan.wal_path.display(), %error, "fetch planned on a replaced segment; the client fetches again");
                 plan.length = 0;
                 plan.batches.clear();
@@ -96,8 +78,9 @@ async fn send_fetch(
                     ErrorCode::StorageError,
                     format!("cannot open {}: {error}", plan.wal_path.display()),
                 );
-                out.extend(error_frame(shard, (FETCH, correlation_id), &failure));
-                return Ok(());
+                out.bytes()
+                    .extend_from_slice(&error_frame(correlation_id, &failure));
+                return Outcome::Failed(failure.code);
             }
         }
     } else {
@@ -105,18 +88,15 @@ async fn send_fetch(
     };
     let data_bytes = u32::try_from(plan.length).expect("fetches are capped under 4 GiB");
     native::encode_fetch_head(
-        out,
+        out.bytes(),
         correlation_id,
         plan.high_watermark,
         plan.log_start_offset,
         plan.batches.iter().map(|b| b.crc),
         data_bytes,
     );
-    flush(stream, out).await?;
-    if let Some(file) = file {
-        send_range(stream, &file, plan.position, plan.length, plan.hot).await?;
-        Metrics::add(&shard.metrics.bytes_out, plan.length);
-        Metrics::add(&shard.metrics.records_out, plan.records);
+    if let Some(range) = range {
+        out.file(range);
     }
-    Ok(())
+    Outcome::Done
 }

@@ -1,36 +1,26 @@
-//! A native-protocol connection: a reader task that decodes requests in order, and a writer
-//! task that answers them in the same order.
+//! A native-protocol connection: the session's pipeline ([`crate::server::session`]) with
+//! this protocol's codec and one handler per request kind.
 //!
-//! The reader does everything that must happen in request order: it stages local produce
-//! batches straight from its read buffer (no copy but the one into the partition's pending
-//! buffer, no allocation), and sends calls for other cores into the mesh. It hands the
-//! writer one [`Pending`] per request through a bounded queue; when the queue is full the
-//! reader stops reading, and TCP pushes back on the client. The writer waits for each
-//! answer in turn (a group commit, a mesh reply, a long-poll) and writes it, batching
-//! responses that are ready together into one send, and sends fetched batches from the
-//! segment files with sendfile.
+//! The reader starts each request in order: it stages local produce batches straight from
+//! its read buffer (no copy but the one into the partition's pending buffer, no
+//! allocation), and sends calls for other cores into the mesh. The writer answers in the
+//! same order; fetched batches go from the segment files with sendfile.
 //!
-//! This module only frames, decodes, calls the shard API and encodes; one handler per
-//! request kind: [`produce`], [`fetch`], [`metadata`], [`offsets`] (list, commit, fetch
-//! committed), [`topics`] (create, delete, compact), [`groups`] (list, describe).
+//! Handlers: [`produce`], [`fetch`], [`metadata`], [`offsets`] (list, commit, fetch
+//! committed), [`topics`] (create, delete, compact), [`groups`] (list, describe, join, ...).
 
-use std::cell::RefCell;
-use std::future::Future;
 use std::io;
-use std::pin::Pin;
 use std::rc::Rc;
 
-use futures_lite::FutureExt;
-use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use glommio::net::TcpStream;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::metrics::counters::Metrics;
 use crate::metrics::requests::RequestKind;
 use crate::protocol::native::{self, ApiKey, ErrorCode, FrameCheck, Request, encode_error};
-use crate::server::io::{RequestDeadline, flush, next_answer, read_exact, read_some, write_all};
-use crate::server::read_buf::ReadBuf;
-use crate::shard::calls::Fetch;
+use crate::server::io::{read_exact, write_all};
+use crate::server::session::pipeline::{self, Framing, Frontend, Inbox, Later, Outcome, Started};
+use crate::server::session::{Outbox, Session};
+use crate::shard::calls::{Fetch, Produced, SendPlan};
 use crate::shard::data::ProduceInFlight;
 use crate::shard::used::UsedTopics;
 use crate::shard::{Failure, Shard};
@@ -40,53 +30,73 @@ mod groups;
 mod metadata;
 mod offsets;
 mod produce;
-mod stopping;
 mod topics;
 
 pub use fetch::FETCH_BYTES_MAX;
-
-/// Per-read size of a connection's read buffer in the middle of frames, and at frame
-/// boundaries while the client sends more than [`BOUNDARY_READ_BYTES`] at a time.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
-/// Read size at a frame boundary for a client that sends little at a time. The buffer is
-/// zero-filled up to the read size, so this is what an idle connection keeps resident:
-/// with 10,000 idle connections, 4 KiB rather than 64 KiB each.
-const BOUNDARY_READ_BYTES: usize = 4 * 1024;
-/// A read buffer larger than this is freed when the connection is between frames.
-const IDLE_BUFFER_BYTES_MAX: usize = 1 << 20;
-/// Responses ready to go are sent together once this many bytes are buffered.
-const WRITE_BATCH_BYTES: usize = 64 * 1024;
 
 /// A request's kind and correlation id: how its answer and its errors are labelled.
 type Tag = (RequestKind, u32);
 
 /// What the writer must do to answer one request.
-enum Pending {
-    /// A produce started (staged here, or sent to its owner); answer once acknowledged.
+pub enum Pending {
+    /// A produce started (staged here, or sent to its owner); answered once acknowledged.
     Produce {
         correlation_id: u32,
         produce: ProduceInFlight,
     },
-    /// A fetch: planned (here or by the owner) and sent when the writer reaches it.
+    /// A fetch: planned (here or by the owner) when the writer reaches it.
     Fetch {
         correlation_id: u32,
         fetch: Fetch,
     },
-    /// Anything else: a future that yields the encoded response.
-    Later(Pin<Box<dyn Future<Output = Vec<u8>>>>),
-    Ready(Vec<u8>),
+    /// Anything else: a future that yields the encoded answer.
+    Later(Later<Answer>),
+    Ready(Answer),
+}
+
+/// An answer, ready to be written.
+pub enum Answer {
+    Produced {
+        correlation_id: u32,
+        produced: Result<Produced, Failure>,
+    },
+    Fetched {
+        correlation_id: u32,
+        plan: Result<SendPlan, Failure>,
+    },
+    /// An encoded answer, and the error it carries.
+    Frame {
+        frame: Vec<u8>,
+        error: Option<ErrorCode>,
+    },
+}
+
+impl Answer {
+    /// The coded error answer to the request `correlation_id`.
+    fn failed(correlation_id: u32, failure: &Failure) -> Answer {
+        Answer::Frame {
+            frame: error_frame(correlation_id, failure),
+            error: Some(failure.code),
+        }
+    }
+}
+
+/// The native protocol's codec and handlers.
+struct Native {
+    body_max: usize,
 }
 
 /// Serves a native connection whose first byte was `first`.
 pub async fn serve(
-    shard: Rc<Shard>,
-    stream: RefCell<TcpStream>,
+    session: Rc<Session>,
     first: u8,
     deadline: std::time::Instant,
 ) -> io::Result<()> {
+    let shard = &session.shard;
     let mut preface = [0u8; native::PREFACE_LEN];
     preface[0] = first;
-    crate::server::connection::handshake(deadline, read_exact(&stream, &mut preface[1..])).await?;
+    crate::server::connection::handshake(deadline, read_exact(&session.stream, &mut preface[1..]))
+        .await?;
     let version = match native::check_preface(&preface) {
         Ok(version) => version,
         Err(_) => {
@@ -95,7 +105,7 @@ pub async fn serve(
             return Ok(());
         }
     };
-    write_all(&stream, &native::preface(native::VERSION)).await?;
+    write_all(&session.stream, &native::preface(native::VERSION)).await?;
     if version != native::VERSION {
         warn!(
             version,
@@ -103,220 +113,143 @@ pub async fn serve(
         );
         return Ok(());
     }
-    let stream = Rc::new(stream);
-    let (tx, rx) = local_channel::new_bounded(shard.config.in_flight_max.max(1));
-    // Shared by the reader (produce, commit, topic admin) and the writer (fetch).
-    let used = Rc::new(UsedTopics::default());
-    let writer = glommio::spawn_local(writer_loop(
-        Rc::clone(&shard),
-        Rc::clone(&stream),
-        rx,
-        Rc::clone(&used),
-    ));
-    let read = reader_loop(&shard, &stream, tx, &used).await;
-    // The queue's sender is gone: the writer answers what is queued, then ends.
-    let written = writer.await;
-    if let Err(error) = &written
-        && error.kind() == io::ErrorKind::TimedOut
-    {
-        Metrics::inc(&shard.metrics.writes_stalled);
-        warn!(timeout = ?shard.config.idle_timeout, "client read nothing while answers waited; connection closed");
-    }
-    read.and(written)
-}
-
-enum Event {
-    Read(io::Result<usize>),
-    Shutdown,
-}
-
-async fn reader_loop(
-    shard: &Rc<Shard>,
-    stream: &RefCell<TcpStream>,
-    tx: LocalSender<Pending>,
-    used: &Rc<UsedTopics>,
-) -> io::Result<()> {
-    let limits = shard.config.log.limits;
-    let body_max = native::frame_body_max_bytes(&limits);
-    // Allocated by the first read, and then only as large as the client needs.
-    let mut buf = ReadBuf::new();
-    let mut boundary_read_bytes = BOUNDARY_READ_BYTES;
-    let mut deadline =
-        RequestDeadline::new(shard.config.idle_timeout, shard.config.request_timeout);
-    loop {
-        match native::check_frame(&buf, body_max) {
-            FrameCheck::Complete { frame_bytes } => {
-                deadline.done();
-                let pending =
-                    dispatch(shard, used, &buf[native::FRAME_LEN_BYTES..frame_bytes]).await;
-                buf.advance(frame_bytes);
-                if tx.send(pending).await.is_err() {
-                    return Ok(()); // the writer failed; it reports why
-                }
-            }
-            FrameCheck::Incomplete { needed } => {
-                // Stop only between frames: a request half-read is finished first.
-                let at_boundary = buf.is_empty();
-                if at_boundary && shard.shutdown.is_requested() {
-                    stopping::refuse_the_rest(stream, &tx, &mut buf, body_max).await;
-                    return Ok(());
-                }
-                let len = buf.len();
-                // Grow with what arrives (at most doubling), never to the size a frame merely
-                // announces: a client cannot make the broker hold memory for bytes it has not sent.
-                if at_boundary && buf.capacity() > IDLE_BUFFER_BYTES_MAX {
-                    // Give back what a large frame needed; an idle connection keeps little.
-                    buf = ReadBuf::new();
-                }
-                let chunk = if at_boundary {
-                    boundary_read_bytes
-                } else {
-                    needed.min(len).max(READ_CHUNK_BYTES)
-                };
-                if let Err(e) = deadline.before_read(stream, !at_boundary) {
-                    return Err(too_slow(shard, len, e));
-                }
-                let read = async { Event::Read(read_some(stream, buf.spare(chunk)).await) };
-                let event = if at_boundary {
-                    read.or(async {
-                        shard.shutdown.wait().await;
-                        Event::Shutdown
-                    })
-                    .await
-                } else {
-                    read.await
-                };
-                match event {
-                    Event::Shutdown => {
-                        stopping::refuse_the_rest(stream, &tx, &mut buf, body_max).await;
-                        return Ok(());
-                    }
-                    Event::Read(Ok(0)) => return Ok(()),
-                    Event::Read(Ok(n)) => {
-                        buf.filled(n);
-                        if at_boundary {
-                            // A client that fills the small read has more waiting: read it
-                            // in large chunks until it sends little at a time again.
-                            boundary_read_bytes = if n == chunk {
-                                READ_CHUNK_BYTES
-                            } else if n < BOUNDARY_READ_BYTES {
-                                BOUNDARY_READ_BYTES
-                            } else {
-                                boundary_read_bytes
-                            };
-                        }
-                    }
-                    Event::Read(Err(e)) if e.kind() == io::ErrorKind::TimedOut && !at_boundary => {
-                        return Err(too_slow(shard, len, e));
-                    }
-                    Event::Read(Err(e)) => {
-                        if e.kind() == io::ErrorKind::TimedOut {
-                            // Counted with every other timeout in `connection::serve`.
-                            debug!("idle connection closed");
-                        }
-                        return Err(e);
-                    }
-                }
-            }
-            FrameCheck::TooLarge { body_bytes } => {
-                Metrics::inc(&shard.metrics.frames_too_large);
-                let unknown = RequestKind::NativeUnknown;
-                shard.metrics.request_counts.request(unknown);
-                shard
-                    .metrics
-                    .request_counts
-                    .error(unknown, ErrorCode::FrameTooLarge);
-                let correlation_id = skip_frame(stream, &mut buf, body_bytes, &mut deadline)
-                    .await
-                    .map_err(|e| match e.kind() {
-                        io::ErrorKind::TimedOut => too_slow(shard, buf.len(), e),
-                        _ => e,
-                    })?;
-                deadline.done();
-                warn!(
-                    body_bytes,
-                    body_max, "request frame over the limit (--max-payload-bytes); skipped"
-                );
-                let mut out = Vec::new();
-                let message = format!(
-                    "frame of {body_bytes} bytes exceeds the limit of {body_max} (the broker's --max-payload-bytes {} and the request's header)",
-                    shard.config.log.limits.max_payload_bytes
-                );
-                encode_error(
-                    &mut out,
-                    correlation_id,
-                    ErrorCode::FrameTooLarge,
-                    &message,
-                    None,
-                );
-                if tx.send(Pending::Ready(out)).await.is_err() {
-                    return Ok(());
-                }
-            }
-        }
-    }
-}
-
-/// Counts, logs and describes a request that did not arrive whole in time.
-fn too_slow(shard: &Shard, received_bytes: usize, error: io::Error) -> io::Error {
-    Metrics::inc(&shard.metrics.requests_too_slow);
-    warn!(
-        received_bytes,
-        timeout = ?shard.config.request_timeout,
-        "request not complete within the request timeout of its first bytes; connection closed"
-    );
-    error
-}
-
-/// Discards an oversized frame without buffering it; returns its correlation id (or 0 if
-/// the frame is too short to have one).
-async fn skip_frame(
-    stream: &RefCell<TcpStream>,
-    buf: &mut ReadBuf,
-    body_bytes: u64,
-    deadline: &mut RequestDeadline,
-) -> io::Result<u32> {
-    let header_end = native::FRAME_LEN_BYTES + native::REQUEST_HEADER_LEN;
-    let frame_bytes = native::FRAME_LEN_BYTES as u64 + body_bytes;
-    let mut scratch = vec![0u8; READ_CHUNK_BYTES];
-    while (buf.len() as u64) < frame_bytes.min(header_end as u64) {
-        deadline.before_read(stream, true)?;
-        let n = read_some(stream, &mut scratch).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        buf.extend_from_slice(&scratch[..n]);
-    }
-    let correlation_id = if body_bytes >= native::REQUEST_HEADER_LEN as u64 {
-        u32::from_be_bytes(buf[8..12].try_into().expect("4 bytes"))
-    } else {
-        0
+    let frontend = Native {
+        body_max: native::frame_body_max_bytes(&shard.config.log.limits),
     };
-    let mut left = frame_bytes;
-    let take = (buf.len() as u64).min(left);
-    buf.advance(take as usize);
-    left -= take;
-    while left > 0 {
-        let want = (left as usize).min(scratch.len());
-        deadline.before_read(stream, true)?;
-        let n = read_some(stream, &mut scratch[..want]).await?;
-        if n == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
-        }
-        left -= n as u64;
-    }
-    Ok(correlation_id)
+    let inbox = Inbox::new(&session, &[]);
+    pipeline::run(Rc::new(frontend), session, inbox).await
 }
 
-/// An error answer to the request `(kind, correlation id)`, counted.
-fn error_frame(shard: &Shard, tag: Tag, failure: &Failure) -> Vec<u8> {
-    let (kind, correlation_id) = tag;
-    shard.metrics.request_counts.error(kind, failure.code);
-    match failure.code {
-        ErrorCode::StorageFull => Metrics::inc(&shard.metrics.produce_storage_full),
-        ErrorCode::CorruptData => Metrics::inc(&shard.metrics.corrupt_reads_refused),
-        _ => {}
+impl Frontend for Native {
+    type Pending = Pending;
+    type Answer = Answer;
+    const REFUSES_WHEN_STOPPING: bool = true;
+
+    fn framing(&self, buf: &[u8]) -> Framing {
+        match native::check_frame(buf, self.body_max) {
+            FrameCheck::Complete { frame_bytes } => Framing::Complete { frame_bytes },
+            FrameCheck::Incomplete { needed } => Framing::Incomplete { needed },
+            FrameCheck::TooLarge { body_bytes } => Framing::TooLarge {
+                frame_bytes: native::FRAME_LEN_BYTES as u64 + body_bytes,
+            },
+        }
     }
+
+    async fn start(&self, session: &Rc<Session>, frame: &[u8]) -> Started<Pending> {
+        dispatch(
+            &session.shard,
+            &session.used,
+            &frame[native::FRAME_LEN_BYTES..],
+        )
+        .await
+    }
+
+    async fn answer(&self, session: &Rc<Session>, pending: Pending) -> Answer {
+        let shard = &session.shard;
+        match pending {
+            Pending::Produce {
+                correlation_id,
+                produce,
+            } => Answer::Produced {
+                correlation_id,
+                produced: shard.finish_produce(produce).await,
+            },
+            Pending::Fetch {
+                correlation_id,
+                fetch,
+            } => Answer::Fetched {
+                correlation_id,
+                plan: fetch::plan(shard, &session.used, fetch).await,
+            },
+            Pending::Later(future) => future.await,
+            Pending::Ready(answer) => answer,
+        }
+    }
+
+    fn write(&self, session: &Session, answer: Answer, out: &mut Outbox) -> Outcome {
+        let (frame, error) = match answer {
+            Answer::Produced {
+                correlation_id,
+                produced: Ok(produced),
+            } => {
+                native::encode_produce_response(
+                    out.bytes(),
+                    correlation_id,
+                    produced.base_offset,
+                    produced.next_offset,
+                );
+                return Outcome::Done;
+            }
+            Answer::Fetched {
+                correlation_id,
+                plan: Ok(plan),
+            } => return fetch::write(session, correlation_id, plan, out),
+            Answer::Produced {
+                correlation_id,
+                produced: Err(failure),
+            }
+            | Answer::Fetched {
+                correlation_id,
+                plan: Err(failure),
+            } => (error_frame(correlation_id, &failure), Some(failure.code)),
+            Answer::Frame { frame, error } => (frame, error),
+        };
+        out.bytes().extend_from_slice(&frame);
+        error.map_or(Outcome::Done, Outcome::Failed)
+    }
+
+    fn too_large(
+        &self,
+        session: &Session,
+        head: &[u8],
+        frame_bytes: u64,
+    ) -> Option<Started<Pending>> {
+        // The correlation id follows the frame's length, api and version; a frame too short
+        // to hold one is answered under 0.
+        let correlation_id = head
+            .get(8..12)
+            .map_or(0, |id| u32::from_be_bytes(id.try_into().expect("4 bytes")));
+        let failure = Failure::new(
+            ErrorCode::FrameTooLarge,
+            format!(
+                "frame of {} bytes exceeds the limit of {} (the broker's --max-payload-bytes {} and the request's header)",
+                frame_bytes - native::FRAME_LEN_BYTES as u64,
+                self.body_max,
+                session.shard.config.log.limits.max_payload_bytes
+            ),
+        );
+        Some(Started {
+            kind: RequestKind::NativeUnknown,
+            pending: Pending::Ready(Answer::failed(correlation_id, &failure)),
+        })
+    }
+
+    fn stopping(&self, frame: &[u8]) -> Option<Started<Pending>> {
+        // The correlation id is after the length, api key and version.
+        let correlation_id = frame
+            .get(8..12)
+            .map_or(0, |id| u32::from_be_bytes(id.try_into().expect("4 bytes")));
+        let failure = Failure::new(
+            ErrorCode::ShuttingDown,
+            "the broker is stopping; nothing of this request was done",
+        );
+        Some(Started {
+            kind: kind_of(frame.get(native::FRAME_LEN_BYTES..).unwrap_or_default()),
+            pending: Pending::Ready(Answer::failed(correlation_id, &failure)),
+        })
+    }
+}
+
+/// The kind of the request in `body`, as far as its api key can be read.
+fn kind_of(body: &[u8]) -> RequestKind {
+    body.get(..2)
+        .and_then(|api| ApiKey::from_u16(u16::from_be_bytes([api[0], api[1]])))
+        .map_or(RequestKind::NativeUnknown, RequestKind::Native)
+}
+
+/// The coded error answer to the request `correlation_id` (counted by the pipeline, from
+/// the [`Outcome`] its answer reports).
+fn error_frame(correlation_id: u32, failure: &Failure) -> Vec<u8> {
     let mut out = Vec::new();
     encode_error(
         &mut out,
@@ -329,7 +262,7 @@ fn error_frame(shard: &Shard, tag: Tag, failure: &Failure) -> Vec<u8> {
 }
 
 /// Decodes one request and starts it; returns what the writer must do to answer it.
-async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Pending {
+async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Started<Pending> {
     let limits = shard.config.log.limits;
     let (header, request) = match native::decode_request(body, &limits) {
         Ok(decoded) => decoded,
@@ -337,26 +270,23 @@ async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Pend
             let kind = header
                 .and_then(|h| ApiKey::from_u16(h.api))
                 .map_or(RequestKind::NativeUnknown, RequestKind::Native);
-            shard.metrics.request_counts.request(kind);
             Metrics::inc(&shard.metrics.requests_malformed);
             if matches!(error, native::DecodeError::Batch(_)) {
                 Metrics::inc(&shard.metrics.bad_batches);
             }
             warn!(%error, "bad request");
             let correlation_id = header.map_or(0, |h| h.correlation_id);
-            return Pending::Ready(error_frame(
-                shard,
-                (kind, correlation_id),
-                &Failure::new(error.code(), error.to_string()),
-            ));
+            let failure = Failure::new(error.code(), error.to_string());
+            return Started {
+                kind,
+                pending: Pending::Ready(Answer::failed(correlation_id, &failure)),
+            };
         }
     };
     let correlation_id = header.correlation_id;
     let kind = RequestKind::Native(ApiKey::from_u16(header.api).expect("decoded: a known api"));
-    shard.metrics.request_counts.request(kind);
-    // Identifies the request to `later` and `error_frame`, which count its errors by kind.
     let tag = (kind, correlation_id);
-    match request {
+    let pending = match request {
         Request::Produce {
             topic,
             partition,
@@ -424,7 +354,8 @@ async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Pend
             },
         ),
         Request::DeleteGroup { group } => groups::delete(shard, tag, group),
-    }
+    };
+    Started { kind, pending }
 }
 
 /// An empty success answer.
@@ -441,52 +372,9 @@ where
 {
     let shard = Rc::clone(shard);
     Pending::Later(Box::pin(async move {
-        match handler(Rc::clone(&shard)).await {
-            Ok(frame) => frame,
-            Err(failure) => error_frame(&shard, tag, &failure),
+        match handler(shard).await {
+            Ok(frame) => Answer::Frame { frame, error: None },
+            Err(failure) => Answer::failed(tag.1, &failure),
         }
     }))
-}
-
-async fn writer_loop(
-    shard: Rc<Shard>,
-    stream: Rc<RefCell<TcpStream>>,
-    rx: LocalReceiver<Pending>,
-    used: Rc<UsedTopics>,
-) -> io::Result<()> {
-    // Grows with the first answers; a connection that never asks anything holds none.
-    let mut out = Vec::new();
-    loop {
-        let Some(pending) = next_answer(&rx, &stream, &mut out).await? else {
-            break;
-        };
-        match pending {
-            Pending::Produce {
-                correlation_id,
-                produce,
-            } => {
-                if !shard.produce_ready(&produce) {
-                    // Send what is ready before waiting for the fsync or the owner.
-                    flush(&stream, &mut out).await?;
-                }
-                produce::answer(&shard, &mut out, correlation_id, produce).await;
-            }
-            Pending::Fetch {
-                correlation_id,
-                fetch,
-            } => {
-                flush(&stream, &mut out).await?;
-                fetch::answer(&shard, &used, &stream, &mut out, correlation_id, fetch).await?;
-            }
-            Pending::Later(future) => {
-                flush(&stream, &mut out).await?;
-                out.extend(future.await);
-            }
-            Pending::Ready(frame) => out.extend(frame),
-        }
-        if out.len() >= WRITE_BATCH_BYTES {
-            flush(&stream, &mut out).await?;
-        }
-    }
-    flush(&stream, &mut out).await
 }

@@ -3,14 +3,11 @@
 
 use std::rc::Rc;
 
-use crate::protocol::native::{self, ProduceBatches};
-use crate::server::native::{Pending, Tag, error_frame};
+use crate::protocol::native::ProduceBatches;
+use crate::server::native::{Answer, Pending, Tag};
 use crate::shard::Shard;
-use crate::shard::data::{Batches, ProduceInFlight};
+use crate::shard::data::Batches;
 use crate::shard::used::UsedTopics;
-
-const PRODUCE: crate::metrics::requests::RequestKind =
-    crate::metrics::requests::RequestKind::Native(native::ApiKey::Produce);
 
 pub(super) async fn start(
     shard: &Rc<Shard>,
@@ -37,23 +34,6 @@ pub(super) async fn start(
                 produce,
             }
         }
-        Err(failure) => Pending::Ready(error_frame(shard, tag, &failure)),
-    }
-}
-
-pub(super) async fn answer(
-    shard: &Shard,
-    out: &mut Vec<u8>,
-    correlation_id: u32,
-    produce: ProduceInFlight,
-) {
-    match shard.finish_produce(produce).await {
-        Ok(produced) => native::encode_produce_response(
-            out,
-            correlation_id,
-            produced.base_offset,
-            produced.next_offset,
-        ),
-        Err(failure) => out.extend(error_frame(shard, (PRODUCE, correlation_id), &failure)),
+        Err(failure) => Pending::Ready(Answer::failed(tag.1, &failure)),
     }
 }
