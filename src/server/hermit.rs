@@ -27,7 +27,7 @@ use crate::server::handoff::Place;
 use crate::server::io::{read_some, write_all};
 use crate::server::read_buf::ReadBuf;
 use crate::server::session::pipeline::{
-    self, Framing, Frontend, Inbox, Lost, Outcome, Started, count_error,
+    self, Framing, Frontend, Inbox, Lost, Outcome, Started, count_error, count_request,
 };
 use crate::server::session::{FileRange, Outbox, Session};
 use crate::shard::calls::Produced;
@@ -82,7 +82,7 @@ async fn read_message<T>(
             Err(error) => {
                 let shard = &session.shard;
                 Metrics::inc(&shard.metrics.bad_names);
-                shard.metrics.request_counts.request(kind);
+                count_request(session, kind);
                 count_error(session, kind, ErrorCode::InvalidName);
                 warn!(%error, "HermitMQ handshake refused; connection closed");
                 return Ok(None);
@@ -124,7 +124,7 @@ async fn producer(
     let meta = match shard.topic_on_demand(topic.as_bytes()).await {
         Ok(meta) => meta,
         Err(failure) => {
-            shard.metrics.request_counts.request(PRODUCE);
+            count_request(&session, PRODUCE);
             count_error(&session, PRODUCE, failure.code);
             warn!(topic, error = %failure.message, "HermitMQ producer refused; connection closed");
             return Ok(());
@@ -324,7 +324,7 @@ async fn consumer(
         Ok(meta) if partition < meta.partitions => meta,
         refused => {
             let code = refused.map_or_else(|f| f.code, |_| ErrorCode::UnknownPartition);
-            shard.metrics.request_counts.request(CONSUME);
+            count_request(session, CONSUME);
             count_error(session, CONSUME, code);
             warn!(
                 topic,
@@ -341,7 +341,7 @@ async fn consumer(
     {
         return Ok(());
     }
-    shard.metrics.request_counts.request(CONSUME);
+    count_request(session, CONSUME);
     // The client sends nothing more; a read that ends means it went away.
     stream.borrow().set_read_timeout(None)?;
     let log_start = shard
@@ -452,7 +452,7 @@ async fn commit(session: &Session, buf: &mut ReadBuf, deadline: Instant) -> io::
     else {
         return Ok(());
     };
-    shard.metrics.request_counts.request(COMMIT);
+    count_request(session, COMMIT);
     match shard
         .commit_offset(group.as_bytes(), topic.as_bytes(), partition, offset)
         .await

@@ -167,7 +167,7 @@ type Queue<P> = LocalSender<(RequestKind, P)>;
 /// Counts a request when it starts and hands it to the writer; false once the writer is
 /// gone (it reports why).
 async fn queue<P>(session: &Session, tx: &Queue<P>, started: Started<P>) -> bool {
-    session.shard.metrics.request_counts.request(started.kind);
+    count_request(session, started.kind);
     tx.send((started.kind, started.pending)).await.is_ok()
 }
 
@@ -232,7 +232,7 @@ async fn read_requests<F: Frontend>(
             Framing::Lost(lost) => {
                 Metrics::inc((lost.counter)(&shard.metrics));
                 if let Some((kind, code)) = lost.request {
-                    shard.metrics.request_counts.request(kind);
+                    count_request(session, kind);
                     count_error(session, kind, code);
                 }
                 warn!(protocol = session.protocol.label(), reason = %lost.reason, "cannot frame what the client sent; connection closed");
@@ -485,6 +485,13 @@ async fn wait_for_answer<F: Frontend>(
     }
     out.send(session).await?;
     Ok(answer.await)
+}
+
+/// Counts a request, whatever its outcome. With [`count_error`], the only place requests
+/// are counted: by the pipeline for every framed request, and by a v1 consumer or commit
+/// (one request a connection) for theirs.
+pub fn count_request(session: &Session, kind: RequestKind) {
+    session.shard.metrics.request_counts.request(kind);
 }
 
 /// Counts an error answer (or, where the protocol has none, a refusal) of a request.
