@@ -62,3 +62,26 @@ pub fn invalid_request(out: &mut BytesMut, prefix: HeaderPrefix) {
     out.put_i32(prefix.correlation_id);
     out.put_i16(INVALID_REQUEST);
 }
+
+/// True when the request in `body` is answered by closing the connection, as Kafka 4.x
+/// does: an API it does not serve, or a version outside the served range (below Kafka
+/// 4.0's floor, KIP-896, or above 4.1's newest), for any API but ApiVersions
+/// (`apis::closes_connection`). Logged and counted in `kafka_unsupported`.
+pub fn closes_connection(shard: &crate::shard::Shard, body: &[u8]) -> bool {
+    let Ok(prefix) = HeaderPrefix::peek(body) else {
+        return false;
+    };
+    if !crate::protocol::kafka::apis::closes_connection(&prefix) {
+        return false;
+    }
+    crate::metrics::counters::Metrics::inc(&shard.metrics.kafka_unsupported);
+    let served = crate::protocol::kafka::apis::served(prefix.api_key)
+        .map(|s| format!("v{}-v{}", s.min_version, s.max_version));
+    tracing::warn!(
+        api = prefix.api_key,
+        version = prefix.api_version,
+        served = served.as_deref().unwrap_or("not served"),
+        "Kafka request at a version pagurus does not serve; connection closed, as Kafka closes it"
+    );
+    true
+}

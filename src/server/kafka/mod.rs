@@ -39,8 +39,12 @@ mod api_versions;
 mod configs;
 mod create_partitions;
 mod create_topics;
+mod delete_records;
 mod delete_topics;
+mod describe_cluster;
 mod describe_configs;
+mod describe_log_dirs;
+mod elect_leaders;
 mod errors;
 mod fetch;
 mod groups;
@@ -213,6 +217,9 @@ async fn reader_loop(
                 deadline.done();
                 let frame_len = frame::SIZE_LEN + body_len;
                 let body = buf.split_to(frame_len).freeze().slice(frame::SIZE_LEN..);
+                if errors::closes_connection(shard, &body) {
+                    return Ok(());
+                }
                 let pending = dispatch(conn, body).await;
                 if tx.send(pending).await.is_err() {
                     return Ok(());
@@ -283,6 +290,10 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Pending {
         KafkaRequest::CreateTopics(r) => create_topics::handle(conn, header, r),
         KafkaRequest::DeleteTopics(r) => delete_topics::handle(conn, header, r),
         KafkaRequest::CreatePartitions(r) => create_partitions::handle(conn, header, r),
+        KafkaRequest::DeleteRecords(r) => delete_records::handle(conn, header, r),
+        KafkaRequest::DescribeCluster(r) => describe_cluster::handle(conn, header, r),
+        KafkaRequest::DescribeLogDirs(r) => describe_log_dirs::handle(conn, header, r),
+        KafkaRequest::ElectLeaders(r) => elect_leaders::handle(conn, header, r),
         KafkaRequest::DescribeConfigs(r) => describe_configs::handle(conn, header, r),
         KafkaRequest::AlterConfigs(r) => alter_configs::handle_legacy(conn, header, r),
         KafkaRequest::IncrementalAlterConfigs(r) => {
