@@ -1,6 +1,6 @@
-//! DescribeLogDirs: one log directory, the broker's data directory, holding every
-//! partition (each core is a broker, but they share it; the answer is the same whichever
-//! core is asked). Each partition's size is the bytes of its segment files, from its owner;
+//! DescribeLogDirs: one log directory, the broker's data directory, holding the partitions
+//! this broker (core) leads, as a Kafka broker lists the replicas it hosts; clients ask
+//! every broker and add the answers up. Each partition's size is the bytes of its segment files, from its owner;
 //! its offset lag is 0 and no partition is a "future" replica (no replica moves). v4's
 //! total and usable bytes are the file system's (statvfs). A topic or partition asked for
 //! that does not exist is left out, as Kafka does.
@@ -25,14 +25,22 @@ pub(super) fn handle(
     let conn = Rc::clone(conn);
     Pending::later(async move {
         let shard = &conn.shard;
-        // (topic, partitions) asked for, existing ones only.
+        // The broker the client asked: the core of the shard port, or on the main port the
+        // core that accepted the connection.
+        let broker = match conn.listener {
+            super::Listener::Shard(core) => core,
+            super::Listener::Main => shard.core,
+        };
+        let here = |name: &str, p: u32| shard.owner(name, p) == broker;
+        // (topic, partitions) asked for, existing ones this broker leads only.
         let asked: Vec<(String, Vec<u32>)> = match request.topics {
             None => shard
                 .topic_names()
                 .into_iter()
                 .filter_map(|name| {
                     let meta = shard.topic(&name)?;
-                    Some((name, (0..meta.partitions).collect()))
+                    let partitions = (0..meta.partitions).filter(|&p| here(&name, p)).collect();
+                    Some((name, partitions))
                 })
                 .collect(),
             Some(topics) => topics
@@ -42,7 +50,8 @@ pub(super) fn handle(
                     let partitions = t
                         .partitions
                         .into_iter()
-                        .filter_map(|p| u32::try_from(p).ok().filter(|p| *p < meta.partitions))
+                        .filter_map(|p| u32::try_from(p).ok())
+                        .filter(|&p| p < meta.partitions && here(&meta.name, p))
                         .collect();
                     Some((meta.name.clone(), partitions))
                 })
