@@ -91,9 +91,10 @@ served_apis! {
 
 /// The lowest Produce version ApiVersions advertises. Kafka 4.0 and 4.1 advertise Produce
 /// from v0 although they refuse v0-v2 like any version below their floor (KAFKA-18659):
-/// librdkafka before 2.10 turns its compression features off against a broker whose
-/// Produce range does not include v0-v2 (librdkafka issue 4956), and clients pick the
-/// highest version both sides know, never v0-v2, so advertising them costs nothing.
+/// librdkafka without the fix for its issue 4956 (Debian's kcat 2.0.2 among them) turns
+/// its compression features off against a broker whose Produce range does not include
+/// v0-v2, and clients pick the highest version both sides know, never v0-v2, so
+/// advertising them costs nothing.
 pub const PRODUCE_ADVERTISED_MIN: i16 = 0;
 
 /// Why a request frame could not become a [`KafkaRequest`]. Every variant but `Short` carries
