@@ -16,7 +16,7 @@ use kafka_protocol::messages::offset_fetch_request::{
     OffsetFetchRequestGroup, OffsetFetchRequestTopics,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Message, StrBytes};
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use pagurus::protocol::routing::group_coordinator;
 use uuid::Uuid;
 
@@ -60,23 +60,46 @@ fn api_versions_advertise_the_new_ranges() {
     let mut conn = Conn::connect(broker.addr);
     let mut body = conn.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default());
     let response = ApiVersionsResponse::decode(&mut body, 3).unwrap();
-    let max = |key: ApiKey| {
+    let range = |key: ApiKey| {
         let found = response.api_keys.iter().find(|k| k.api_key == key as i16);
-        found.map(|k| k.max_version)
+        found.map(|k| (k.min_version, k.max_version))
     };
-    // The newest the crate's request types encode (OffsetFetch v10 is in its key table
-    // but not in its request type).
-    assert_eq!(
-        max(ApiKey::FindCoordinator),
-        Some(FindCoordinatorRequest::VERSIONS.max)
-    );
-    assert_eq!(
-        max(ApiKey::OffsetFetch),
-        Some(OffsetFetchRequest::VERSIONS.max)
-    );
-    assert_eq!(max(ApiKey::Metadata), Some(MetadataRequest::VERSIONS.max));
-    assert_eq!(max(ApiKey::IncrementalAlterConfigs), Some(1));
-    assert_eq!(max(ApiKey::AlterConfigs), Some(2));
+    // Apache Kafka 4.1's broker, API by API: its schemas' validVersions less the versions
+    // marked unstable (OffsetCommit 10, OffsetFetch 10, InitProducerId 6), and Produce
+    // advertised from v0 (KAFKA-18659) though v0-v2 are refused.
+    let kafka_41 = [
+        (ApiKey::Produce, 0, 13),
+        (ApiKey::Fetch, 4, 18),
+        (ApiKey::ListOffsets, 1, 10),
+        (ApiKey::Metadata, 0, 13),
+        (ApiKey::OffsetCommit, 2, 9),
+        (ApiKey::OffsetFetch, 1, 9),
+        (ApiKey::FindCoordinator, 0, 6),
+        (ApiKey::JoinGroup, 0, 9),
+        (ApiKey::Heartbeat, 0, 4),
+        (ApiKey::LeaveGroup, 0, 5),
+        (ApiKey::SyncGroup, 0, 5),
+        (ApiKey::DescribeGroups, 0, 6),
+        (ApiKey::ListGroups, 0, 5),
+        (ApiKey::ApiVersions, 0, 4),
+        (ApiKey::CreateTopics, 2, 7),
+        (ApiKey::DeleteTopics, 1, 6),
+        (ApiKey::DeleteRecords, 0, 2),
+        (ApiKey::InitProducerId, 0, 5),
+        (ApiKey::DescribeConfigs, 1, 4),
+        (ApiKey::AlterConfigs, 0, 2),
+        (ApiKey::DescribeLogDirs, 1, 4),
+        (ApiKey::CreatePartitions, 0, 3),
+        (ApiKey::DeleteGroups, 0, 2),
+        (ApiKey::ElectLeaders, 0, 2),
+        (ApiKey::IncrementalAlterConfigs, 0, 1),
+        (ApiKey::OffsetDelete, 0, 0),
+        (ApiKey::DescribeCluster, 0, 2),
+    ];
+    for (key, min, max) in kafka_41 {
+        assert_eq!(range(key), Some((min, max)), "{key:?}");
+    }
+    assert_eq!(response.api_keys.len(), kafka_41.len(), "no other API");
 }
 
 #[test]
@@ -230,7 +253,7 @@ fn fetch_names_topics_by_id_from_v13() {
         let batch = pagurus::protocol::record::encode_batch(1, b"", payload.as_bytes(), 1);
         client.produce("by-id", partition, &[batch]).unwrap();
     }
-    for version in 13..=17 {
+    for version in 13..=18 {
         let partitions = (0..2)
             .map(|p| {
                 FetchPartition::default()

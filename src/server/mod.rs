@@ -542,7 +542,9 @@ async fn background_retention(shard: Rc<Shard>) {
                     log.roll_if_aged(meta.log_config(&shard.config.log).segment_age)
                         .await;
                     let retention = meta.retention();
-                    if retention == crate::storage::Retention::default() {
+                    if retention == crate::storage::Retention::default()
+                        && !log.has_segment_below_start()
+                    {
                         continue;
                     }
                     match log.enforce_retention(&retention).await {

@@ -93,7 +93,7 @@ impl Shard {
     }
 
     /// Runs a call on every core in order; the first failure stops it.
-    async fn broadcast<C: Run<Reply = ()>>(
+    pub(crate) async fn broadcast<C: Run<Reply = ()>>(
         self: &Rc<Self>,
         make: impl Fn() -> C,
     ) -> Result<(), Failure> {
@@ -103,7 +103,7 @@ impl Shard {
         Ok(())
     }
 
-    async fn controller_permit(&self) -> Result<glommio::sync::Permit<'_>, Failure> {
+    pub(crate) async fn controller_permit(&self) -> Result<glommio::sync::Permit<'_>, Failure> {
         assert_eq!(self.core, CONTROLLER_CORE);
         self.controller_lock
             .acquire_permit(1)
@@ -199,15 +199,20 @@ impl Shard {
         }
         // Durable before any core uses it: a crash after the answer keeps the new
         // settings (the file is replaced by a rename, never half written).
-        let (persisted, data_dir) = (meta.clone(), self.config.data_dir.clone());
-        glommio::executor()
-            .spawn_blocking(move || persisted.persist(&data_dir))
-            .await
-            .map_err(Failure::from)?;
+        self.persist_meta(&meta).await?;
         self.broadcast(|| PublishTopic { meta: meta.clone() })
             .await?;
         info!(topic = %meta.name, settings = ?meta.settings(), "topic settings altered");
         Ok(())
+    }
+
+    /// Writes `topic.meta` durably, on the blocking thread (several fsyncs).
+    pub(crate) async fn persist_meta(&self, meta: &TopicMeta) -> Result<(), Failure> {
+        let (persisted, data_dir) = (meta.clone(), self.config.data_dir.clone());
+        glommio::executor()
+            .spawn_blocking(move || persisted.persist(&data_dir))
+            .await
+            .map_err(Failure::from)
     }
 
     async fn delete_on_controller(self: &Rc<Self>, name: &str) -> Result<(), Failure> {

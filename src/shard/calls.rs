@@ -110,6 +110,8 @@ pub struct Produced {
 pub struct PartitionState {
     pub log_start_offset: u64,
     pub high_watermark: u64,
+    /// Bytes of its segment files.
+    pub size_bytes: u64,
 }
 
 /// Where a fetch's bytes are: a range of a segment file, with the batches' index entries
@@ -198,6 +200,22 @@ pub struct AlterTopic {
     pub meta: TopicMeta,
 }
 
+/// To the controller (core 0): grow a topic to `partitions` partitions.
+#[derive(Debug)]
+pub struct GrowTopic {
+    pub name: String,
+    pub partitions: u32,
+    pub validate_only: bool,
+}
+
+/// To the owner: move the partition's log start to `offset` (`None`: the high watermark).
+#[derive(Debug)]
+pub struct DeleteRecords {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: Option<u64>,
+}
+
 /// From the controller to every core, once all opened theirs: the topic exists.
 #[derive(Debug)]
 pub struct PublishTopic {
@@ -283,6 +301,8 @@ mesh_calls! {
     CreateTopic -> ();
     DeleteTopic -> ();
     AlterTopic -> ();
+    GrowTopic -> ();
+    DeleteRecords -> u64;
     OpenPartitions -> ();
     PublishTopic -> ();
     DropTopic -> ();

@@ -503,6 +503,7 @@ impl Run for PartitionStates {
                     .map(|log| PartitionState {
                         log_start_offset: log.log_start_offset(),
                         high_watermark: log.high_watermark(),
+                        size_bytes: log.segments().iter().map(|(_, size)| size).sum(),
                     })
             })
             .collect())

@@ -34,6 +34,7 @@ pub mod idempotence;
 pub mod membership;
 pub mod mesh;
 pub mod offsets;
+pub mod partitions;
 pub mod producers;
 mod receive;
 pub mod snapshot;
@@ -303,8 +304,17 @@ impl Shard {
     ) -> Result<(), StorageError> {
         let mut logs = vec![None; meta.partitions as usize];
         let log_config = meta.log_config(&self.config.log);
+        // A topic growing keeps the partitions it has open (`shard::partitions`).
+        let open = self.partitions.borrow().get(&meta.name).cloned();
         for partition in 0..meta.partitions {
             if self.owner(&meta.name, partition) != self.core {
+                continue;
+            }
+            if let Some(log) = open
+                .as_ref()
+                .and_then(|logs| logs.get(partition as usize).cloned().flatten())
+            {
+                logs[partition as usize] = Some(log);
                 continue;
             }
             let dir = topics::partition_dir(&self.config.data_dir, &meta.name, partition);

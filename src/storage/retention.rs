@@ -1,5 +1,6 @@
 //! Retention: whole closed segments are deleted once the partition holds more bytes than
-//! its limit, or once everything in them is older than its age limit. The active segment is
+//! its limit, once everything in them is older than its age limit, or once every batch in
+//! them is below the log start a client moved (`log::start`). The active segment is
 //! never deleted; [`PartitionLog::roll_if_aged`] closes it when it grows old, so a topic
 //! that receives little still expires.
 //!
@@ -52,7 +53,11 @@ impl PartitionLog {
                 let over_size = retention.bytes_max.is_some_and(|max| total_bytes > max);
                 let newest_ns = oldest.last_entry().map_or(0, |e| e.max_timestamp_ns);
                 let too_old = age_max_ns.is_some_and(|age| now_ns.saturating_sub(newest_ns) > age);
-                over_size || too_old
+                // Every batch below the start a client moved the log to (DeleteRecords).
+                let deleted = oldest
+                    .last_entry()
+                    .is_some_and(|e| e.next_offset() <= self.deleted_below());
+                over_size || too_old || deleted
             });
             let Some((base, size)) = retired else { break };
             for path in [wal_path(self.dir(), base), idx_path(self.dir(), base)] {

@@ -3,11 +3,11 @@
 //! `kafka-protocol` crate (generated from Kafka's schemas); this module only decides what is
 //! served and frames it.
 //!
-//! Versions: each range starts where Kafka 4.0's broker starts (or where the crate does) and
-//! ends at the newest version whose meaning pagurus implements; every range holds the version
-//! that librdkafka 2.0.2 (Debian's kcat), current librdkafka (confluent-kafka), the Java
-//! client 3.x/4.x and kafka-python negotiate. Above a range a field would mean something
-//! pagurus does not do (Produce v13+ names topics by id, ...).
+//! Versions: each range is exactly what Apache Kafka 4.1's broker serves (its message
+//! schemas' `validVersions`, less the versions they mark unstable, which a broker does not
+//! advertise): it starts at Kafka 4.0's floor (KIP-896) and ends at 4.1's newest stable
+//! version. Below a range (and for an API not served) the connection is closed, as Kafka
+//! closes it ([`closes_connection`]); only ApiVersions is answered at any version.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::error::ResponseError;
@@ -62,9 +62,9 @@ macro_rules! served_apis {
 }
 
 served_apis! {
-    Produce(ProduceRequest) = 3..=12,
-    Fetch(FetchRequest) = 4..=17,
-    ListOffsets(ListOffsetsRequest) = 1..=7,
+    Produce(ProduceRequest) = 3..=13,
+    Fetch(FetchRequest) = 4..=18,
+    ListOffsets(ListOffsetsRequest) = 1..=10,
     Metadata(MetadataRequest) = 0..=13,
     OffsetCommit(OffsetCommitRequest) = 2..=9,
     OffsetFetch(OffsetFetchRequest) = 1..=9,
@@ -77,15 +77,27 @@ served_apis! {
     ListGroups(ListGroupsRequest) = 0..=5,
     ApiVersions(ApiVersionsRequest) = 0..=4,
     CreateTopics(CreateTopicsRequest) = 2..=7,
-    DeleteTopics(DeleteTopicsRequest) = 1..=5,
+    DeleteTopics(DeleteTopicsRequest) = 1..=6,
+    DeleteRecords(DeleteRecordsRequest) = 0..=2,
     InitProducerId(InitProducerIdRequest) = 0..=5,
     DescribeConfigs(DescribeConfigsRequest) = 1..=4,
     AlterConfigs(AlterConfigsRequest) = 0..=2,
+    DescribeLogDirs(DescribeLogDirsRequest) = 1..=4,
     CreatePartitions(CreatePartitionsRequest) = 0..=3,
     DeleteGroups(DeleteGroupsRequest) = 0..=2,
+    ElectLeaders(ElectLeadersRequest) = 0..=2,
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest) = 0..=1,
     OffsetDelete(OffsetDeleteRequest) = 0..=0,
+    DescribeCluster(DescribeClusterRequest) = 0..=2,
 }
+
+/// The lowest Produce version ApiVersions advertises. Kafka 4.0 and 4.1 advertise Produce
+/// from v0 although they refuse v0-v2 like any version below their floor (KAFKA-18659):
+/// librdkafka without the fix for its issue 4956 (Debian's kcat 2.0.2 among them) turns
+/// its compression features off against a broker whose Produce range does not include
+/// v0-v2, and clients pick the highest version both sides know, never v0-v2, so
+/// advertising them costs nothing.
+pub const PRODUCE_ADVERTISED_MIN: i16 = 0;
 
 /// Why a request frame could not become a [`KafkaRequest`]. Every variant but `Short` carries
 /// the prefix, so the broker can answer under the request's correlation id.
@@ -133,9 +145,14 @@ pub fn api_versions_response(error: Option<ResponseError>) -> ApiVersionsRespons
     let api_keys = SERVED
         .iter()
         .map(|s| {
+            let min_version = if s.key == ApiKey::Produce {
+                PRODUCE_ADVERTISED_MIN
+            } else {
+                s.min_version
+            };
             ApiVersion::default()
                 .with_api_key(s.key as i16)
-                .with_min_version(s.min_version)
+                .with_min_version(min_version)
                 .with_max_version(s.max_version)
         })
         .collect();
@@ -165,11 +182,28 @@ pub fn encode_response<R: Encodable>(
     Ok(())
 }
 
-/// The answer to a request outside [`SERVED`]. ApiVersions gets a v0 ApiVersions response
-/// with UNSUPPORTED_VERSION and the served list, as Kafka does, so the client can pick a
-/// version; any other API gets a v0 response header and the UNSUPPORTED_VERSION code as the
-/// first field, which is where most responses keep their error (a client that sends a
-/// version it was never offered is already off the protocol).
+/// True when a request outside [`SERVED`] is answered by closing the connection: any API
+/// but ApiVersions. Kafka 4.0 and 4.1 do so (their socket server throws
+/// `UnsupportedVersionException` while parsing the header, and a request that cannot be
+/// parsed closes its connection), for an API key they do not serve and for a version
+/// below the floor or above the newest alike. No answer can be framed for such a request:
+/// its response layout at that version is unknown, and any bytes would be misread (a bare
+/// error code was read as "insufficient data"). The client sees the connection closed;
+/// one that asked ApiVersions first never sends such a request: it finds no version in
+/// common and reports it itself.
+pub fn closes_connection(prefix: &HeaderPrefix) -> bool {
+    if prefix.api_key == ApiKey::ApiVersions as i16 {
+        return false;
+    }
+    !served(prefix.api_key)
+        .is_some_and(|s| (s.min_version..=s.max_version).contains(&prefix.api_version))
+}
+
+/// The answer to an ApiVersions request outside [`SERVED`] (a version above the newest): a
+/// v0 ApiVersions response with UNSUPPORTED_VERSION and the served list, as Kafka does, so
+/// the client can pick a version. Any other request outside it closes the connection
+/// ([`closes_connection`]); for one of those (only a response pagurus failed to encode
+/// lands here) a v0 response header and the UNSUPPORTED_VERSION code as the first field.
 pub fn unsupported_response(out: &mut BytesMut, prefix: HeaderPrefix) {
     if prefix.api_key == ApiKey::ApiVersions as i16 {
         let body = api_versions_response(Some(ResponseError::UnsupportedVersion));

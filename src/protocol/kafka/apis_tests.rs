@@ -66,20 +66,49 @@ fn every_served_version_of_some_apis_decodes() {
 
 #[test]
 fn unsupported_apis_and_versions_are_told_apart_from_garbage() {
-    // Fetch v18: the crate knows it, pagurus does not serve it.
-    let fetch18 = request_bytes(ApiKey::Fetch, 18, &FetchRequest::default());
+    // Produce v13 is served, v2 is below the floor: the crate has no type for it, so the
+    // request is refused from its header alone, as not served, and closes the connection.
+    let produce13 = request_bytes(ApiKey::Produce, 13, &ProduceRequest::default());
+    assert!(decode_request(produce13).is_ok());
+    let mut produce2 = BytesMut::new();
+    produce2.put_i16(ApiKey::Produce as i16);
+    produce2.put_i16(2);
+    produce2.put_i32(4242);
+    produce2.put_i16(-1);
+    let produce2 = produce2.freeze();
+    let prefix = HeaderPrefix::peek(&produce2).unwrap();
     assert!(matches!(
-        decode_request(fetch18),
+        decode_request(produce2),
         Err(ApiError::Unsupported { prefix }) if prefix.correlation_id == 4242
     ));
+    assert!(closes_connection(&prefix));
+    // ApiVersions is answered at any version; a served request is not closed.
+    let api_versions = |version| HeaderPrefix {
+        api_key: ApiKey::ApiVersions as i16,
+        api_version: version,
+        correlation_id: 1,
+    };
+    assert!(!closes_connection(&api_versions(99)));
+    assert!(!closes_connection(&HeaderPrefix {
+        api_key: ApiKey::Fetch as i16,
+        api_version: 18,
+        correlation_id: 1
+    }));
+    assert!(closes_connection(&HeaderPrefix {
+        api_key: ApiKey::Fetch as i16,
+        api_version: 19,
+        correlation_id: 1
+    }));
     // An API this build does not serve at all (AddPartitionsToTxn = 24).
     let mut unknown = BytesMut::new();
     unknown.put_i16(24);
     unknown.put_i16(0);
     unknown.put_i32(9);
     unknown.put_i16(-1);
+    let unknown = unknown.freeze();
+    assert!(closes_connection(&HeaderPrefix::peek(&unknown).unwrap()));
     assert!(matches!(
-        decode_request(unknown.freeze()),
+        decode_request(unknown),
         Err(ApiError::Unsupported { prefix }) if prefix.api_key == 24 && prefix.correlation_id == 9
     ));
     assert!(matches!(
@@ -155,9 +184,17 @@ fn api_versions_answer_lists_exactly_what_is_served_without_tagged_fields() {
             .iter()
             .map(|k| (k.api_key, k.min_version, k.max_version))
             .collect();
+        // Produce is advertised from v0, as Kafka 4.x does (KAFKA-18659).
         let served: Vec<(i16, i16, i16)> = SERVED
             .iter()
-            .map(|s| (s.key as i16, s.min_version, s.max_version))
+            .map(|s| {
+                let min = if s.key == ApiKey::Produce {
+                    0
+                } else {
+                    s.min_version
+                };
+                (s.key as i16, min, s.max_version)
+            })
             .collect();
         assert_eq!(listed, served);
     }

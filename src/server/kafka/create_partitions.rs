@@ -1,46 +1,63 @@
-//! CreatePartitions: refused with INVALID_PARTITIONS. A partition's owner core is
-//! `fnv1a32("{topic}/{partition}") % cores` and a keyed record's partition is its key's hash
-//! modulo the count, so growing a topic would move every key to another partition under
-//! running producers and consumers; topics keep the count they were created with
-//! (`docs/KAFKA.md`).
+//! CreatePartitions: grows a topic to the asked count (`shard::partitions`). Every new
+//! partition is placed like any other (its owner core is a hash of the topic and the
+//! partition number), and the existing ones keep their records, offsets and owners.
+//! Clients see the new partitions at their next Metadata. A count not above the current
+//! one is `INVALID_PARTITIONS` (37), as in Kafka; manual replica assignments are
+//! `INVALID_REQUEST` (42): placement is by hash, as for CreateTopics.
 
 use std::rc::Rc;
 
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 use kafka_protocol::protocol::StrBytes;
+use tracing::warn;
 
-use super::errors::{INVALID_PARTITIONS, UNKNOWN_TOPIC_OR_PARTITION};
+use super::errors::{self, INVALID_PARTITIONS, INVALID_REQUEST};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
+use crate::protocol::native::ErrorCode;
 
 pub(super) fn handle(
     conn: &Rc<Conn>,
     header: RequestHeader,
     request: CreatePartitionsRequest,
 ) -> Pending {
-    let results = request
-        .topics
-        .into_iter()
-        .map(|t| {
-            let (code, message) = match conn.shard.topic(t.name.0.as_str()) {
-                None => (UNKNOWN_TOPIC_OR_PARTITION, "unknown topic".to_string()),
-                Some(meta) => (
-                    INVALID_PARTITIONS,
-                    format!(
-                        "topic has {} partitions; pagurus does not grow topics (keys would move)",
-                        meta.partitions
-                    ),
-                ),
+    let conn = Rc::clone(conn);
+    Pending::later(async move {
+        let mut results = Vec::with_capacity(request.topics.len());
+        for topic in request.topics {
+            let outcome = if topic.assignments.is_some() {
+                Err((
+                    INVALID_REQUEST,
+                    "replica assignments are not taken: partitions are placed by hash".into(),
+                ))
+            } else {
+                let count = u32::try_from(topic.count).unwrap_or(0);
+                conn.shard
+                    .grow_topic(topic.name.0.as_bytes(), count, request.validate_only)
+                    .await
+                    .map_err(|failure| {
+                        let code = match failure.code {
+                            ErrorCode::InvalidConfig => INVALID_PARTITIONS,
+                            other => errors::from_native(other),
+                        };
+                        (code, failure.message)
+                    })
             };
-            CreatePartitionsTopicResult::default()
-                .with_name(t.name)
-                .with_error_code(code)
-                .with_error_message(Some(StrBytes::from_string(message)))
-        })
-        .collect();
-    Pending::Ready(Reply::frame(respond(
-        &header,
-        &CreatePartitionsResponse::default().with_results(results),
-    )))
+            let result = CreatePartitionsTopicResult::default().with_name(topic.name);
+            results.push(match outcome {
+                Ok(()) => result,
+                Err((code, message)) => {
+                    warn!(topic = %result.name.0, code, %message, "CreatePartitions refused");
+                    result
+                        .with_error_code(code)
+                        .with_error_message(Some(StrBytes::from_string(message)))
+                }
+            });
+        }
+        Reply::frame(respond(
+            &header,
+            &CreatePartitionsResponse::default().with_results(results),
+        ))
+    })
 }

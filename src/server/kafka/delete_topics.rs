@@ -1,10 +1,13 @@
-//! DeleteTopics by name (v1-v5; v6 deletes by topic id and is not served).
+//! DeleteTopics: by name (v1-v5), and from v6 by name or by topic id (KIP-516). An id no
+//! topic has is `UNKNOWN_TOPIC_ID` (100); a v6 entry with both a name and an id names the
+//! topic by its name, and the id must be that topic's.
 
 use std::rc::Rc;
 
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
-use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
+use kafka_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 use super::errors;
 use super::{Conn, Pending, Reply, respond};
@@ -16,23 +19,80 @@ pub(super) fn handle(
     request: DeleteTopicsRequest,
 ) -> Pending {
     let conn = Rc::clone(conn);
+    // (name, id) pairs; `Uuid::nil()` where the request named no id.
+    let asked: Vec<(Option<TopicName>, Uuid)> = if header.api_version >= 6 {
+        request
+            .topics
+            .into_iter()
+            .map(|t| (t.name, t.topic_id))
+            .collect()
+    } else {
+        request
+            .topic_names
+            .into_iter()
+            .map(|n| (Some(n), Uuid::nil()))
+            .collect()
+    };
     Pending::later(async move {
-        let mut results = Vec::with_capacity(request.topic_names.len());
-        for name in request.topic_names {
-            let result = DeletableTopicResult::default().with_name(Some(name.clone()));
-            let deleted = conn.shard.delete_topic(name.0.as_bytes()).await;
-            // This connection knows: it may create the name again (`shard::used`).
-            conn.used.forget(&conn.shard, name.0.as_bytes());
-            results.push(match deleted {
-                Ok(()) => result,
-                Err(failure) => result
-                    .with_error_code(errors::from_native(failure.code))
-                    .with_error_message(Some(StrBytes::from_string(failure.message))),
-            });
+        let mut results = Vec::with_capacity(asked.len());
+        for (name, id) in asked {
+            results.push(delete_one(&conn, name, id).await);
         }
         Reply::frame(respond(
             &header,
             &DeleteTopicsResponse::default().with_responses(results),
         ))
     })
+}
+
+async fn delete_one(conn: &Conn, name: Option<TopicName>, id: Uuid) -> DeletableTopicResult {
+    let shard = &conn.shard;
+    let refused = |name: Option<TopicName>, code: i16, message: String| {
+        DeletableTopicResult::default()
+            .with_name(name)
+            .with_topic_id(id)
+            .with_error_code(code)
+            .with_error_message(Some(StrBytes::from_string(message)))
+    };
+    let name = match name {
+        Some(name) => {
+            if !id.is_nil()
+                && let Some(meta) = shard.topic(name.0.as_str())
+                && meta.id != id.as_u128()
+            {
+                return refused(
+                    Some(name),
+                    errors::UNKNOWN_TOPIC_ID,
+                    format!("topic id {id} is not the id of this topic"),
+                );
+            }
+            name
+        }
+        None => match shard.topic_by_id(id.as_u128()) {
+            Some(meta) => TopicName(StrBytes::from_string(meta.name.clone())),
+            None => {
+                return refused(
+                    None,
+                    errors::UNKNOWN_TOPIC_ID,
+                    format!("no topic has id {id}"),
+                );
+            }
+        },
+    };
+    let topic_id = shard
+        .topic(name.0.as_str())
+        .map_or(id, |meta| Uuid::from_u128(meta.id));
+    let deleted = shard.delete_topic(name.0.as_bytes()).await;
+    // This connection knows: it may create the name again (`shard::used`).
+    conn.used.forget(shard, name.0.as_bytes());
+    match deleted {
+        Ok(()) => DeletableTopicResult::default()
+            .with_name(Some(name))
+            .with_topic_id(topic_id),
+        Err(failure) => refused(
+            Some(name),
+            errors::from_native(failure.code),
+            failure.message,
+        ),
+    }
 }

@@ -1,5 +1,9 @@
 //! ListOffsets: earliest (-2), latest (-1) or the first record at or after a timestamp
-//! (ms, `server::time_seek`), each from the partition's owner.
+//! (ms, `server::time_seek`), each from the partition's owner. v8+ may ask for the earliest
+//! *local* offset (-4, KIP-405), which is the earliest: pagurus keeps no tiered storage;
+//! v9+ for the latest *tiered* offset (-5), answered as Kafka answers it for a topic without
+//! remote storage: offset -1, no error. v10's timeout bounds a wait for remote storage,
+//! which never happens here.
 
 use std::rc::Rc;
 
@@ -15,6 +19,8 @@ use crate::protocol::native::OffsetSpec;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
 
 pub(super) fn handle(
     conn: &Rc<Conn>,
@@ -31,7 +37,13 @@ pub(super) fn handle(
                     .with_partition_index(p.partition_index)
                     .with_timestamp(-1)
                     // v4+ only; -1 (unknown) is the default every version can carry.
-                    .with_leader_epoch(if header.api_version >= 4 { 0 } else { -1 });
+                    .with_leader_epoch(
+                        if header.api_version >= 4 && p.timestamp != LATEST_TIERED {
+                            0
+                        } else {
+                            -1
+                        },
+                    );
                 let code_or_offset =
                     list(&conn, topic.name.0.as_str(), p.partition_index, p.timestamp).await;
                 partitions.push(match code_or_offset {
@@ -68,11 +80,13 @@ async fn list(conn: &Conn, topic: &str, index: i32, timestamp: i64) -> Result<i6
     }
     let spec = match timestamp {
         LATEST => OffsetSpec::Latest,
-        EARLIEST => OffsetSpec::Earliest,
+        EARLIEST | EARLIEST_LOCAL => OffsetSpec::Earliest,
+        // Nothing is tiered: Kafka's answer for a topic without remote storage.
+        LATEST_TIERED => return Ok(-1),
         ms if ms >= 0 => {
             OffsetSpec::Timestamp(u64::try_from(ms).expect("non-negative") * 1_000_000)
         }
-        // -3 (max timestamp) and below: not served.
+        // -3 (max timestamp) and anything else: not served.
         _ => return Err(errors::UNSUPPORTED_FOR_MESSAGE_FORMAT),
     };
     let offset = crate::server::time_seek::list_offsets(shard, topic.as_bytes(), partition, spec)

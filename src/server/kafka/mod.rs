@@ -36,8 +36,12 @@ mod api_versions;
 mod configs;
 mod create_partitions;
 mod create_topics;
+mod delete_records;
 mod delete_topics;
+mod describe_cluster;
 mod describe_configs;
+mod describe_log_dirs;
+mod elect_leaders;
 mod errors;
 mod fetch;
 mod groups;
@@ -149,8 +153,11 @@ impl Frontend for Kafka {
 
     fn framing(&self, buf: &[u8]) -> Framing {
         match frame::check(buf, self.body_max) {
-            Ok(body_len) => Framing::Complete {
-                frame_bytes: frame::SIZE_LEN + body_len,
+            Ok(body_len) => match closes_connection(&buf[frame::SIZE_LEN..][..body_len]) {
+                Some(lost) => Framing::Lost(lost),
+                None => Framing::Complete {
+                    frame_bytes: frame::SIZE_LEN + body_len,
+                },
             },
             Err(FrameError::Incomplete { needed }) => Framing::Incomplete { needed },
             // A negative size or a frame over the limit: Kafka's framing gives no way to
@@ -193,6 +200,31 @@ impl Frontend for Kafka {
     }
 }
 
+/// A request answered by closing the connection, as Kafka 4.x does: an API it does not
+/// serve, or a version outside the served range (below Kafka 4.0's floor, KIP-896, or above
+/// 4.1's newest), for any API but ApiVersions (`apis::closes_connection`). The answers to
+/// the requests before it still go out; it is logged and counted in `kafka_unsupported`.
+fn closes_connection(body: &[u8]) -> Option<Lost> {
+    let prefix = HeaderPrefix::peek(body).ok()?;
+    if !apis::closes_connection(&prefix) {
+        return None;
+    }
+    let served = apis::served(prefix.api_key).map_or("not served".to_string(), |s| {
+        format!("v{}-v{}", s.min_version, s.max_version)
+    });
+    Some(Lost {
+        reason: format!(
+            "api={} version={} served={served}: a Kafka request at a version pagurus does not serve; connection closed, as Kafka closes it",
+            prefix.api_key, prefix.api_version
+        ),
+        counter: |metrics| &metrics.kafka_unsupported,
+        request: Some((
+            RequestKind::KafkaUnknown,
+            crate::protocol::native::ErrorCode::UnsupportedVersion,
+        )),
+    })
+}
+
 /// Decodes one request and starts it.
 async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Started<Pending> {
     let shard = &conn.shard;
@@ -218,6 +250,10 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Started<Pending> {
         KafkaRequest::CreateTopics(r) => create_topics::handle(conn, header, r),
         KafkaRequest::DeleteTopics(r) => delete_topics::handle(conn, header, r),
         KafkaRequest::CreatePartitions(r) => create_partitions::handle(conn, header, r),
+        KafkaRequest::DeleteRecords(r) => delete_records::handle(conn, header, r),
+        KafkaRequest::DescribeCluster(r) => describe_cluster::handle(conn, header, r),
+        KafkaRequest::DescribeLogDirs(r) => describe_log_dirs::handle(conn, header, r),
+        KafkaRequest::ElectLeaders(r) => elect_leaders::handle(conn, header, r),
         KafkaRequest::DescribeConfigs(r) => describe_configs::handle(conn, header, r),
         KafkaRequest::AlterConfigs(r) => alter_configs::handle_legacy(conn, header, r),
         KafkaRequest::IncrementalAlterConfigs(r) => {

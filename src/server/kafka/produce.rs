@@ -4,6 +4,10 @@
 //! batches are stored all or none. The reader starts every partition's produce in request
 //! order; the answer waits for all of them (acks=1 and acks=-1 both wait for the fsync
 //! policy's acknowledgement: there are no replicas), and acks=0 gets no answer, as in Kafka.
+//!
+//! From v13 a topic is named by its id (KIP-516): the id is looked up here, an id no topic
+//! has is `UNKNOWN_TOPIC_ID` (100) for each of its partitions, and a produce by id never
+//! creates a topic (an id names a topic that exists).
 
 use std::rc::Rc;
 
@@ -38,31 +42,40 @@ pub(super) async fn start(
     request: ProduceRequest,
 ) -> Pending {
     let acks = request.acks;
+    let by_id = header.api_version >= 13;
     let mut started = Vec::with_capacity(request.topic_data.len());
     for topic in request.topic_data {
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        let id = topic.topic_id;
+        let name = if by_id {
+            conn.shard
+                .topic_by_id(id.as_u128())
+                .map(|meta| TopicName(StrBytes::from_string(meta.name.clone())))
+        } else {
+            Some(topic.name)
+        };
         for p in topic.partition_data {
-            let outcome = if !matches!(acks, -1..=1) {
-                Started::Refused(errors::INVALID_REQUIRED_ACKS, format!("acks={acks}"))
-            } else if request.transactional_id.is_some() {
-                Started::Refused(INVALID_RECORD, "transactions are not supported".into())
-            } else {
-                start_partition(
-                    conn,
-                    &topic.name,
-                    p.index,
-                    p.records.as_deref().unwrap_or(&[]),
-                )
-                .await
+            let outcome = match &name {
+                None => Started::Refused(errors::UNKNOWN_TOPIC_ID, format!("no topic has id {id}")),
+                Some(_) if !matches!(acks, -1..=1) => {
+                    Started::Refused(errors::INVALID_REQUIRED_ACKS, format!("acks={acks}"))
+                }
+                Some(_) if request.transactional_id.is_some() => {
+                    Started::Refused(INVALID_RECORD, "transactions are not supported".into())
+                }
+                Some(name) => {
+                    start_partition(conn, name, p.index, p.records.as_deref().unwrap_or(&[])).await
+                }
             };
             partitions.push((p.index, outcome));
         }
-        started.push((topic.name, partitions));
+        let name = name.unwrap_or_else(|| TopicName(StrBytes::from_static_str("")));
+        started.push((name, id, partitions));
     }
     let conn = Rc::clone(conn);
     Pending::later(async move {
         let mut responses = Vec::with_capacity(started.len());
-        for (name, partitions) in started {
+        for (name, id, partitions) in started {
             let mut out = Vec::with_capacity(partitions.len());
             for (index, outcome) in partitions {
                 out.push(finish(&conn, &name, index, outcome).await);
@@ -70,6 +83,7 @@ pub(super) async fn start(
             responses.push(
                 TopicProduceResponse::default()
                     .with_name(name)
+                    .with_topic_id(id)
                     .with_partition_responses(out),
             );
         }

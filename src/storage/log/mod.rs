@@ -73,6 +73,7 @@ mod seal;
 mod segments;
 mod spare;
 mod stage;
+mod start;
 mod state;
 #[cfg(test)]
 mod tests;
@@ -81,6 +82,7 @@ mod writeback;
 pub use read::{ReadPlan, StoredBatch, read_planned};
 pub(crate) use rounds::ROUNDS_IN_FLIGHT_MAX;
 pub(crate) use segments::SegmentList;
+pub use start::LOG_START_FILE;
 
 /// Counters of one partition log's I/O, for metrics and benches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -156,6 +158,10 @@ pub struct PartitionLog {
     spare: Rc<Cell<spare::Spare>>,
     /// How each active segment writes (sync slots, index journal).
     writer_setup: crate::storage::segment::WriterSetup,
+    /// The log start a client moved it to (see [`start`]), 0 if none.
+    start_floor: Cell<u64>,
+    /// Serializes moves of the start.
+    start_lock: glommio::sync::Semaphore,
 }
 
 impl Drop for PartitionLog {
@@ -184,6 +190,7 @@ impl PartitionLog {
         let dir_file = std::fs::File::open(&dir).map_err(|e| StorageError::io(&dir, e))?;
         let compaction = crate::storage::compaction::CompactionState::new(&dir);
         let writer_setup = config.writer_setup(&dir);
+        let start_floor = start::read(&dir);
         let log = Rc::new_cyclic(|me| PartitionLog {
             me: me.clone(),
             dir,
@@ -202,7 +209,16 @@ impl PartitionLog {
             seal: seal::Seal::new(point),
             spare: Rc::new(Cell::new(spare::Spare::Absent)),
             writer_setup,
+            start_floor: Cell::new(start_floor),
+            start_lock: glommio::sync::Semaphore::new(1),
         });
+        // A start past the end (the data it followed lost in a power cut under a lax fsync
+        // policy) would hide records appended from now on: the end is the start then.
+        let next = log.next_offset();
+        if log.start_floor.get() > next {
+            tracing::warn!(dir = %log.dir.display(), start = log.start_floor.get(), next, "log start past the log's end; moved back to the end");
+            log.start_floor.set(next);
+        }
         log.prealloc.enable_for(&log.dir, log.config.fsync);
         log.start_io_task();
         let written_to = log.state.borrow().pending_position;
@@ -245,10 +261,12 @@ impl PartitionLog {
         }
     }
 
-    /// First offset still in the log: the base of the oldest segment. (Compaction may have
-    /// removed that segment's first batches; readers asking for them get the next batch.)
+    /// First offset still in the log: the base of the oldest segment, or the start a
+    /// client moved it to ([`start`]) if that is later. (Compaction may have removed the
+    /// segment's first batches; readers asking for them get the next batch.)
     pub fn log_start_offset(&self) -> u64 {
-        self.state.borrow().segments.oldest().base_offset
+        let oldest = self.state.borrow().segments.oldest().base_offset;
+        oldest.max(self.start_floor.get())
     }
 
     /// Offset the next append will get.

@@ -193,13 +193,18 @@ impl PartitionLog {
     pub fn offset_for_timestamp(&self, timestamp_ns: u64) -> Option<u64> {
         let high_watermark = self.high_watermark();
         let st = self.state.borrow();
-        st.segments.all().iter().find_map(|segment| {
-            let i = segment
-                .index()
-                .find_timestamp(timestamp_ns, segment.entries())?;
-            let entry = segment.entry(i);
-            (entry.offset < high_watermark).then_some(entry.offset)
-        })
+        st.segments
+            .all()
+            .iter()
+            .find_map(|segment| {
+                let i = segment
+                    .index()
+                    .find_timestamp(timestamp_ns, segment.entries())?;
+                let entry = segment.entry(i);
+                (entry.offset < high_watermark).then_some(entry.offset)
+            })
+            // Never below the start a client moved the log to.
+            .map(|offset| offset.max(self.start_floor.get()))
     }
 }
 

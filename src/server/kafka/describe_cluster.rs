@@ -1,0 +1,53 @@
+//! DescribeCluster: the same brokers as Metadata (one per core: node id = core, the host the
+//! client reached, that core's shard port), the cluster id, and core 0 (which creates and
+//! deletes topics) as the controller. No broker is ever fenced. Asking for the cluster's
+//! controllers (endpoint type 2, v1+) is `MISMATCHED_ENDPOINT_TYPE` (114), as a Kafka broker
+//! answers it: clients ask controllers for them on the controllers' own listener.
+
+use std::rc::Rc;
+
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::metadata::{CLUSTER_ID, brokers, node_id};
+use super::{Conn, Pending, Reply, respond};
+use crate::protocol::kafka::RequestHeader;
+use crate::shard::CONTROLLER_CORE;
+
+const ENDPOINT_BROKERS: i8 = 1;
+const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
+/// "Not computed", as Kafka sends when authorized operations were not asked for.
+const OPERATIONS_NOT_ASKED: i32 = i32::MIN;
+
+pub(super) fn handle(
+    conn: &Rc<Conn>,
+    header: RequestHeader,
+    request: DescribeClusterRequest,
+) -> Pending {
+    let mut response = DescribeClusterResponse::default()
+        .with_endpoint_type(ENDPOINT_BROKERS)
+        .with_cluster_id(StrBytes::from_static_str(CLUSTER_ID))
+        .with_controller_id(node_id(CONTROLLER_CORE))
+        .with_cluster_authorized_operations(OPERATIONS_NOT_ASKED);
+    if header.api_version >= 1 && request.endpoint_type != ENDPOINT_BROKERS {
+        response = response
+            .with_error_code(MISMATCHED_ENDPOINT_TYPE)
+            .with_error_message(Some(StrBytes::from_static_str(
+                "pagurus serves brokers only; its controller is broker 0",
+            )));
+    } else {
+        response = response.with_brokers(
+            brokers(conn)
+                .into_iter()
+                .map(|b| {
+                    DescribeClusterBroker::default()
+                        .with_broker_id(b.node_id)
+                        .with_host(b.host)
+                        .with_port(b.port)
+                })
+                .collect(),
+        );
+    }
+    Pending::Ready(Reply::frame(respond(&header, &response)))
+}
