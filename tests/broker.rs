@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::Broker;
 use pagurus::protocol::native::{OffsetSpec, TopicSettings};
 use pagurus::protocol::record::{self, BatchHeader, encode_batch};
-use pagurus::protocol::routing::partition_owner;
+use pagurus::shard::placement::partition_owner;
 
 fn payload_of(batch: &[u8]) -> Vec<u8> {
     let header = BatchHeader::decode(batch, &Default::default()).unwrap();

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::Broker;
 use pagurus::protocol::record::encode_batch;
-use pagurus::protocol::routing::partition_owner;
+use pagurus::shard::placement::partition_owner;
 
 /// Starts a broker of its own for a test (the harness takes starts one at a time).
 fn start() -> (tempfile::TempDir, Broker) {

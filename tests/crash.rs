@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::Broker;
 use common::ledger::{self, Check, Ledger, Rng, Tally, timed_client};
 use pagurus::protocol::native::TopicSettings;
-use pagurus::protocol::routing::partition_owner;
+use pagurus::shard::placement::partition_owner;
 
 const TOPICS: [&str; 3] = ["crash-a", "crash-b", "crash-c"];
 const PARTITIONS: u32 = 2;

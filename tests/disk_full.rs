@@ -18,7 +18,7 @@ use pagurus::client::blocking::Client;
 use pagurus::protocol::hermit::{self, ACK_FAILED, ACK_STORED};
 use pagurus::protocol::native::{ErrorCode, TopicSettings};
 use pagurus::protocol::record::{self, BatchHeader, encode_batch};
-use pagurus::protocol::routing::partition_owner;
+use pagurus::shard::placement::partition_owner;
 
 /// One acknowledged batch: where the broker put it and what it holds.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use common::hermit::{V1Producer, consume_records, consumer_at};
 use common::raw::counters;
 use pagurus::protocol::hermit::{self, ACK_STORED};
 use pagurus::protocol::record::{self, encode_batch};
-use pagurus::protocol::routing::partition_owner;
+use pagurus::shard::placement::partition_owner;
 
 const CORES: usize = 2;
 

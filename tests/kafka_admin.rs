@@ -221,7 +221,7 @@ fn describe_cluster_log_dirs_and_elect_leaders_answer_for_one_node() {
                 for p in topic["partitions"].as_array().unwrap() {
                     let index = p["partition_index"].as_u64().unwrap() as u32;
                     assert_eq!(
-                        pagurus::protocol::routing::partition_owner(name, index, 2),
+                        pagurus::shard::placement::partition_owner(name, index, 2),
                         broker_id
                     );
                     listed.push((

@@ -17,7 +17,7 @@ use kafka_protocol::messages::offset_fetch_request::{
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, StrBytes};
-use pagurus::protocol::routing::group_coordinator;
+use pagurus::shard::placement::group_coordinator;
 use uuid::Uuid;
 
 const CORES: usize = 2;

@@ -159,7 +159,7 @@ fn bad_batches_wrong_core_and_unsupported_apis() {
     assert_eq!(produce(&mut conn, "bad", good.clone()), (0, 0));
 
     // The partition's owner is one core; the other core's shard port says NOT_LEADER.
-    let owner = pagurus::protocol::routing::partition_owner("bad", 0, 2);
+    let owner = pagurus::shard::placement::partition_owner("bad", 0, 2);
     let other = 1 - owner;
     let port = |core: usize| broker.addr.port() + 1 + core as u16;
     let mut wrong = Conn::connect(SocketAddr::from(([127, 0, 0, 1], port(other))));

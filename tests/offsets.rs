@@ -6,9 +6,11 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use common::Broker;
+use pagurus::config::BrokerConfig;
 use pagurus::protocol::native::{ErrorCode, TopicSettings};
 use pagurus::protocol::record::encode_batch;
-use pagurus::shard::offsets::{encode_key, shard_of, shard_owner};
+use pagurus::shard::offsets::{encode_key, shard_of};
+use pagurus::shard::placement::{OneNode, Place, Placement};
 
 #[test]
 fn offsets_survive_kill_9_and_lag_follows_the_log() {
@@ -33,9 +35,13 @@ fn offsets_survive_kill_9_and_lag_follows_the_log() {
     }
     // Enough groups that their keys land in shards owned by both cores.
     let groups: Vec<String> = (0..16).map(|g| format!("group-{g}")).collect();
-    let owners: std::collections::HashSet<usize> = groups
+    let placement = OneNode::new(&BrokerConfig {
+        cores: 2,
+        ..BrokerConfig::default()
+    });
+    let owners: std::collections::HashSet<Place> = groups
         .iter()
-        .map(|g| shard_owner(shard_of(&encode_key(g, "t", 0)), 2))
+        .map(|g| placement.offsets_owner(shard_of(&encode_key(g, "t", 0))))
         .collect();
     assert_eq!(owners.len(), 2, "commits go to both cores");
     for (g, group) in groups.iter().enumerate() {

@@ -9,8 +9,8 @@ use std::sync::{Arc, Barrier};
 use common::Broker;
 use pagurus::protocol::native::{ErrorCode, TopicSettings};
 use pagurus::protocol::record::encode_batch;
-use pagurus::protocol::routing::partition_owner;
 use pagurus::shard::offsets::{encode_key, shard_of};
+use pagurus::shard::placement::partition_owner;
 
 /// Bug 2: two first commits to one offsets shard both opened its log (one failed with
 /// `File exists`, or one's repair truncated the other's mapped index). 96 first commits to

@@ -19,9 +19,10 @@ use tracing::{debug, warn};
 
 use crate::limits::ConnectionSlot;
 use crate::metrics::counters::Metrics;
-use crate::shard::Shard;
 use crate::shard::calls::HandOff;
 use crate::shard::handoff::HandedOff;
+use crate::shard::placement;
+use crate::shard::{Hop, Shard};
 
 /// Where a v1 connection is served, and what it holds there.
 pub struct Place {
@@ -57,7 +58,8 @@ impl Place {
         std::mem::take(&mut self.read_ahead)
     }
 
-    /// Hands the connection to `owner` unless that is this core (or it moved once already).
+    /// Hands the connection to `owner` unless that is this core or another node's (or it
+    /// moved once already).
     /// `read` is everything read from the connection after its `role` byte. True when this
     /// core is done with the connection (the owner serves it); false when it is served
     /// here (the hand-off was declined, and the slot is back).
@@ -67,9 +69,11 @@ impl Place {
         stream: &RefCell<TcpStream>,
         role: u8,
         read: &[u8],
-        owner: usize,
+        owner: placement::Place,
     ) -> bool {
-        if owner == shard.core || !std::mem::replace(&mut self.may_move, false) {
+        if !matches!(shard.hop(owner), Ok(Hop::Core(_)))
+            || !std::mem::replace(&mut self.may_move, false)
+        {
             return false;
         }
         let Some(slot) = self.slot.take() else {
@@ -79,7 +83,7 @@ impl Place {
             Ok(socket) => socket,
             Err(error) => {
                 Metrics::inc(&shard.metrics.handoffs_declined);
-                warn!(%error, owner, "cannot duplicate a socket to hand it off; served here");
+                warn!(%error, %owner, "cannot duplicate a socket to hand it off; served here");
                 self.slot = Some(slot);
                 return false;
             }
@@ -96,7 +100,7 @@ impl Place {
             HandedOff::Taken => {
                 Metrics::inc(&shard.metrics.connections_handed_off);
                 debug!(
-                    owner,
+                    %owner,
                     "HermitMQ connection handed to the core that owns its partition"
                 );
                 true
@@ -104,7 +108,7 @@ impl Place {
             HandedOff::Kept { connection, reason } => {
                 Metrics::inc(&shard.metrics.handoffs_declined);
                 debug!(
-                    owner,
+                    %owner,
                     reason, "HermitMQ connection not handed off; served here"
                 );
                 // The duplicate closes here; the connection goes on on this core's own.
@@ -113,7 +117,7 @@ impl Place {
             }
             HandedOff::Unknown => {
                 warn!(
-                    owner,
+                    %owner,
                     "no answer to a connection hand-off; closed on this core"
                 );
                 true

@@ -131,7 +131,7 @@ async fn producer(
         }
     };
     if partition < meta.partitions {
-        let owner = shard.owner(&meta.name, partition);
+        let owner = shard.placement().owner(&meta.name, partition);
         if place
             .move_to_owner(
                 shard,
@@ -334,7 +334,7 @@ async fn consumer(
         }
     };
     // Served by the owner, its fetch plans never cross cores.
-    let owner = shard.owner(&meta.name, partition);
+    let owner = shard.placement().owner(&meta.name, partition);
     if place
         .move_to_owner(shard, stream, hermit::ROLE_CONSUMER, buf, owner)
         .await

@@ -386,13 +386,15 @@ async fn serve_core(
         glommio::spawn_local(scrape::serve_metrics(Rc::clone(shard), listener)).detach();
     }
     let mut listeners = vec![bind(config.listen)?];
-    if let Some(port) = config.shard_port(core) {
+    // The port the placement advertises for this core is the one it listens on.
+    let shard_port = (shard.placement().address(shard.here())).and_then(|a| a.shard_port);
+    if let Some(port) = shard_port {
         let mut addr = config.listen;
         addr.set_port(port);
         listeners.push(bind(addr)?);
     }
     let owned = shard.local_logs().len();
-    info!(core, cpu, partitions_owned = owned, listen = %config.listen, shard_port = config.shard_port(core), "core serving");
+    info!(core, cpu, partitions_owned = owned, listen = %config.listen, shard_port, "core serving");
 
     let connection_tasks = Rc::new(std::cell::Cell::new(0usize));
     // HermitMQ v1 connections other cores accepted for partitions this core owns.

@@ -80,7 +80,9 @@ async fn within_batch(
         max_bytes: 1,
         max_wait_ms: 0,
     };
-    let plan = shard.route(shard.owner(topic, partition), call).await?;
+    let plan = shard
+        .route(shard.placement().owner(topic, partition), call)
+        .await?;
     let Some(entry) = plan.batches.first() else {
         return Ok(offset); // the end of the log: nothing is at or after the time
     };

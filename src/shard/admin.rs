@@ -1,6 +1,6 @@
 //! Topic administration: creation (on demand or asked for), deletion and compaction
-//! requests. Creation and deletion run on the controller (core 0), one at a time, in
-//! rounds over every core.
+//! requests. Creation and deletion run on the controller (the placement's; core 0 of a
+//! one-node broker), one at a time, in rounds over every core of the node.
 //!
 //! Create: write `topic.meta` durably; every owner opens its partitions (unpublished);
 //! then every core publishes the topic. If a step fails before the publish round, the
@@ -18,7 +18,7 @@ use crate::shard::calls::{
     Run,
 };
 use crate::shard::topics::{self, TopicMeta};
-use crate::shard::{CONTROLLER_CORE, Failure, Shard};
+use crate::shard::{Failure, Shard};
 
 impl Shard {
     /// The topic a produce or fetch names, created with one partition if it does not exist
@@ -74,7 +74,7 @@ impl Shard {
             meta,
             if_not_exists,
         };
-        self.route(CONTROLLER_CORE, call).await
+        self.route(self.placement().controller(), call).await
     }
 
     pub async fn delete_topic(self: &Rc<Self>, name: &[u8]) -> Result<(), Failure> {
@@ -82,29 +82,30 @@ impl Shard {
         let call = DeleteTopic {
             name: name.to_string(),
         };
-        self.route(CONTROLLER_CORE, call).await
+        self.route(self.placement().controller(), call).await
     }
 
     /// Changes an existing topic's settings (on any core; forwarded to the controller).
     /// Only what open partitions follow may change: retention and cleanup, which the
     /// background tasks read from the registry at every pass. The caller checks that.
     pub async fn alter_topic(self: &Rc<Self>, meta: TopicMeta) -> Result<(), Failure> {
-        self.route(CONTROLLER_CORE, AlterTopic { meta }).await
+        self.route(self.placement().controller(), AlterTopic { meta })
+            .await
     }
 
-    /// Runs a call on every core in order; the first failure stops it.
+    /// Runs a call on every core of this node in order; the first failure stops it.
     pub(crate) async fn broadcast<C: Run<Reply = ()>>(
         self: &Rc<Self>,
         make: impl Fn() -> C,
     ) -> Result<(), Failure> {
-        for core in 0..self.cores() {
-            self.route(core, make()).await?;
+        for place in self.local_places() {
+            self.route(place, make()).await?;
         }
         Ok(())
     }
 
     pub(crate) async fn controller_permit(&self) -> Result<glommio::sync::Permit<'_>, Failure> {
-        assert_eq!(self.core, CONTROLLER_CORE);
+        assert_eq!(self.here(), self.placement().controller());
         self.controller_lock
             .acquire_permit(1)
             .await
@@ -166,12 +167,12 @@ impl Shard {
     /// opened, and `topic.meta` (with the topic's directory) is removed durably.
     async fn roll_back_create(self: &Rc<Self>, name: &str, failure: &Failure) {
         warn!(topic = %name, error = %failure.message, "topic creation failed; rolling it back");
-        for core in 0..self.cores() {
+        for place in self.local_places() {
             let call = DropTopic {
                 name: name.to_string(),
             };
-            if let Err(error) = self.route(core, call).await {
-                warn!(topic = %name, core, error = %error.message, "core could not drop a topic being rolled back");
+            if let Err(error) = self.route(place, call).await {
+                warn!(topic = %name, %place, error = %error.message, "core could not drop a topic being rolled back");
             }
         }
         let (data_dir, removed) = (self.config.data_dir.clone(), name.to_string());
@@ -228,11 +229,11 @@ impl Shard {
         // acknowledged) without offsets, never offsets of a deleted topic waiting for one
         // made again under its name.
         let mut offsets = 0;
-        for core in 0..self.cores() {
+        for place in self.local_places() {
             let call = ForgetOffsets {
                 topic: name.to_string(),
             };
-            offsets += self.route(core, call).await?;
+            offsets += self.route(place, call).await?;
         }
         let (data_dir, removed) = (self.config.data_dir.clone(), name.to_string());
         glommio::executor()

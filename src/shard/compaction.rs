@@ -58,7 +58,8 @@ impl Shard {
             topic: topic.to_string(),
             partition,
         };
-        self.route(self.owner(topic, partition), call).await
+        self.route(self.placement().owner(topic, partition), call)
+            .await
     }
 
     /// The owner's half of [`Shard::compact`].

@@ -25,12 +25,13 @@ use crate::shard::calls::{
 };
 use crate::shard::idempotence::{IdempotentBatch, Settle};
 use crate::shard::mesh::InFlight;
+use crate::shard::placement::Place;
 use crate::shard::staging::{stage_all, stage_one};
 use crate::shard::topics::TopicMeta;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Failure, Hop, Shard};
 use crate::storage::{PartitionLog, StorageError, Ticket};
 
-/// Partitions asked of one core, and where each goes in the answer.
+/// Partitions asked of one place, and where each goes in the answer.
 type Asked = (Vec<(String, u32)>, Vec<usize>);
 
 /// Batches to append, as a front-end has them.
@@ -80,9 +81,12 @@ enum InFlightState {
 }
 
 /// One partition in a metadata answer.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PartitionInfo {
-    pub owner_core: usize,
+    /// Its leader.
+    pub owner: Place,
+    /// Every replica, the leader first.
+    pub replicas: Vec<Place>,
     /// `None` when its owner no longer has it (deleted meanwhile).
     pub state: Option<PartitionState>,
 }
@@ -96,7 +100,7 @@ pub struct TopicInfo {
 }
 
 /// What every core serves: its topics with their partitions' owners and offsets, and the
-/// shard port of each core (0 when it has none).
+/// shard port of each core of this node (0 when it has none).
 #[derive(Debug, Clone)]
 pub struct Metadata {
     pub core_ports: Vec<u16>,
@@ -116,8 +120,11 @@ impl Shard {
         let started = Instant::now();
         let meta = self.topic_on_demand(topic).await?;
         check_partition(&meta, partition)?;
-        let owner = self.owner(&meta.name, partition);
-        if owner == self.core {
+        let core = match self.hop(self.placement().owner(&meta.name, partition))? {
+            Hop::Here => None,
+            Hop::Core(core) => Some(core),
+        };
+        let Some(core) = core else {
             let Some(log) = self.local_log(&meta.name, partition) else {
                 return Err(Failure::new(
                     ErrorCode::UnknownTopic,
@@ -154,7 +161,7 @@ impl Shard {
                     settle,
                 },
             });
-        }
+        };
         let call = match batches {
             Batches::Checked(batches) => Produce {
                 topic: meta.name.clone(),
@@ -189,7 +196,7 @@ impl Shard {
         };
         Metrics::inc(&self.metrics.mesh_calls);
         Metrics::inc(&self.metrics.mesh_produces);
-        let in_flight = self.mesh.start(owner, call).await?;
+        let in_flight = self.mesh.start(core, call).await?;
         Ok(ProduceInFlight {
             started,
             state: InFlightState::Remote(in_flight),
@@ -246,8 +253,8 @@ impl Shard {
     pub async fn fetch(self: &Rc<Self>, fetch: Fetch) -> Result<SendPlan, Failure> {
         let meta = self.topic_on_demand(fetch.topic.as_bytes()).await?;
         check_partition(&meta, fetch.partition)?;
-        self.route(self.owner(&meta.name, fetch.partition), fetch)
-            .await
+        let owner = self.placement().owner(&meta.name, fetch.partition);
+        self.route(owner, fetch).await
     }
 
     /// The earliest, latest, or first-at-a-timestamp offset of a partition.
@@ -258,7 +265,7 @@ impl Shard {
         spec: OffsetSpec,
     ) -> Result<u64, Failure> {
         let topic = self.valid_name(topic, "topic")?.to_string();
-        let owner = self.owner(&topic, partition);
+        let owner = self.placement().owner(&topic, partition);
         let call = ListOffsets {
             topic,
             partition,
@@ -273,7 +280,7 @@ impl Shard {
         topic: &str,
         partition: u32,
     ) -> Result<PartitionState, Failure> {
-        let owner = self.owner(topic, partition);
+        let owner = self.placement().owner(topic, partition);
         let call = PartitionStates {
             partitions: vec![(topic.to_string(), partition)],
         };
@@ -287,27 +294,28 @@ impl Shard {
         }
     }
 
-    /// The states of many partitions: one call per owner core, all cores at once. In the
-    /// order asked; `None` for a partition its owner does not have (or did not answer).
+    /// The states of many partitions: one call per owner, all at once. In the order asked;
+    /// `None` for a partition its owner does not have (or did not answer).
     pub async fn partition_states(
         self: &Rc<Self>,
         partitions: &[(String, u32)],
     ) -> Vec<Option<PartitionState>> {
-        // For each core: the partitions it owns, and where each goes in the answer.
-        let mut by_core: HashMap<usize, Asked> = HashMap::new();
+        // For each place: the partitions it owns, and where each goes in the answer.
+        let mut by_place: HashMap<Place, Asked> = HashMap::new();
         for (at, (topic, partition)) in partitions.iter().enumerate() {
-            let entry = by_core.entry(self.owner(topic, *partition)).or_default();
+            let owner = self.placement().owner(topic, *partition);
+            let entry = by_place.entry(owner).or_default();
             entry.0.push((topic.clone(), *partition));
             entry.1.push(at);
         }
-        let mut places = Vec::with_capacity(by_core.len());
-        let mut calls = Vec::with_capacity(by_core.len());
-        for (core, (asked, at)) in by_core {
-            calls.push((core, PartitionStates { partitions: asked }));
+        let mut places = Vec::with_capacity(by_place.len());
+        let mut calls = Vec::with_capacity(by_place.len());
+        for (place, (asked, at)) in by_place {
+            calls.push((place, PartitionStates { partitions: asked }));
             places.push(at);
         }
         let mut out = vec![None; partitions.len()];
-        for (reply, at) in self.on_cores(calls).await.into_iter().zip(places) {
+        for (reply, at) in self.on_places(calls).await.into_iter().zip(places) {
             match reply {
                 Ok(states) => {
                     for (state, at) in states.into_iter().zip(at) {
@@ -327,8 +335,13 @@ impl Shard {
         } else {
             names
         };
-        let core_ports = (0..self.cores())
-            .map(|core| self.config.shard_port(core).unwrap_or(0))
+        let core_ports = self
+            .local_places()
+            .into_iter()
+            .map(|place| {
+                let address = self.placement().address(place);
+                address.and_then(|a| a.shard_port).unwrap_or(0)
+            })
             .collect();
         let mut asked = Vec::new();
         let mut topics: Vec<TopicInfo> = Vec::with_capacity(names.len());
@@ -339,7 +352,8 @@ impl Shard {
                 for partition in 0..meta.partitions {
                     asked.push((name.clone(), partition));
                     partitions.push(PartitionInfo {
-                        owner_core: self.owner(&name, partition),
+                        owner: self.placement().owner(&name, partition),
+                        replicas: self.placement().replicas(&name, partition),
                         state: None,
                     });
                 }

@@ -58,7 +58,7 @@ impl Shard {
         metadata: String,
     ) -> Result<(), Failure> {
         let key = self.offsets_key(group, topic, partition)?;
-        let owner = offsets::shard_owner(offsets::shard_of(&key), self.cores());
+        let owner = self.placement().offsets_owner(offsets::shard_of(&key));
         let call = CommitOffset {
             key,
             offset,
@@ -86,7 +86,7 @@ impl Shard {
         partition: u32,
     ) -> Result<Option<(u64, String)>, Failure> {
         let key = self.offsets_key(group, topic, partition)?;
-        let owner = offsets::shard_owner(offsets::shard_of(&key), self.cores());
+        let owner = self.placement().offsets_owner(offsets::shard_of(&key));
         self.route(owner, FetchOffset { key }).await
     }
 
@@ -95,16 +95,18 @@ impl Shard {
         self: &Rc<Self>,
         group: Option<&str>,
     ) -> Result<Vec<GroupOffset>, Failure> {
-        let calls = (0..self.cores())
-            .map(|core| {
+        let calls = self
+            .local_places()
+            .into_iter()
+            .map(|place| {
                 let call = GroupOffsets {
                     group: group.map(str::to_string),
                 };
-                (core, call)
+                (place, call)
             })
             .collect();
         let mut all = Vec::new();
-        for reply in self.on_cores(calls).await {
+        for reply in self.on_places(calls).await {
             all.extend(reply?);
         }
         all.sort();

@@ -19,7 +19,8 @@ use tracing::debug;
 
 use crate::metrics::counters::Metrics;
 use crate::shard::calls::{Adoption, HandOff, Run};
-use crate::shard::{Failure, Shard};
+use crate::shard::placement::Place;
+use crate::shard::{Failure, Hop, Shard};
 
 /// What a core does with a connection handed to it: the server registers this when it
 /// starts serving ([`Shard::adopt_connections_with`]).
@@ -49,9 +50,25 @@ impl Shard {
         *self.adopter.borrow_mut() = Some(adopter);
     }
 
-    /// Hands `connection` to core `owner`, without waiting for room in the mesh.
-    pub async fn hand_off(self: &Rc<Self>, owner: usize, connection: HandOff) -> HandedOff {
-        let in_flight = match self.mesh.try_start(owner, connection) {
+    /// Hands `connection` to the core of this node at `owner`, without waiting for room in
+    /// the mesh. It stays here when `owner` is this core or another node's.
+    pub async fn hand_off(self: &Rc<Self>, owner: Place, connection: HandOff) -> HandedOff {
+        let core = match self.hop(owner) {
+            Ok(Hop::Core(core)) => core,
+            Ok(Hop::Here) => {
+                return HandedOff::Kept {
+                    connection,
+                    reason: "this core owns the partition".to_string(),
+                };
+            }
+            Err(not_here) => {
+                return HandedOff::Kept {
+                    connection,
+                    reason: not_here.to_string(),
+                };
+            }
+        };
+        let in_flight = match self.mesh.try_start(core, connection) {
             Ok(in_flight) => {
                 Metrics::inc(&self.metrics.mesh_calls);
                 in_flight
@@ -76,7 +93,7 @@ impl Shard {
                 reason: reason.to_string(),
             },
             Some(Err(failure)) => {
-                debug!(owner, error = %failure.message, "hand-off answered with an error");
+                debug!(%owner, error = %failure.message, "hand-off answered with an error");
                 HandedOff::Unknown
             }
             None => HandedOff::Unknown,

@@ -11,7 +11,8 @@
 //! - [`groups`]: commit and fetch offsets, list and describe groups.
 //! - [`calls`]: the typed mesh calls, one struct per call with its reply type.
 //! - [`snapshot`]: this core's metrics snapshot, for a scrape.
-//! - ownership (FNV-1a) is part of the wire contract: [`crate::protocol::routing`].
+//! - [`placement`]: where each partition, group and the controller lives, as (node, core),
+//!   and how a client reaches a place; every route goes through [`Shard::hop`].
 //! - [`mesh`]: calls and answers between cores.
 //! - [`topics`]: topic metadata, its files, and the controller's create/delete.
 //! - [`offsets`]: consumer group offsets in 256 shards of internal logs.
@@ -35,6 +36,7 @@ pub mod membership;
 pub mod mesh;
 pub mod offsets;
 pub mod partitions;
+pub mod placement;
 pub mod producers;
 mod receive;
 pub mod snapshot;
@@ -55,12 +57,10 @@ use crate::metrics::counters::Metrics;
 use crate::protocol::native::ErrorCode;
 use crate::shard::calls::Run;
 use crate::shard::mesh::Mesh;
+use crate::shard::placement::{CoreId, NotHere, OneNode, Place, Placement};
 use crate::shard::topics::TopicMeta;
 use crate::storage::{PartitionLog, StorageError};
 use crate::watch::Watch;
-
-/// The controller: the core that creates and deletes topics.
-pub const CONTROLLER_CORE: usize = 0;
 
 /// An error answer: a code for the client, a message for humans, and for
 /// `OffsetOutOfRange` the range that is there.
@@ -124,6 +124,15 @@ fn kind_of(e: &StorageError) -> Option<std::io::ErrorKind> {
     }
 }
 
+/// How this core reaches a place of its node ([`Shard::hop`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hop {
+    /// This core: the call runs inline.
+    Here,
+    /// Another core of this node, by its mesh index.
+    Core(usize),
+}
+
 /// Set once when the broker is asked to stop; every core watches it.
 #[derive(Default)]
 pub struct Shutdown {
@@ -159,6 +168,8 @@ pub struct Shard {
     pub metrics: crate::metrics::counters::Metrics,
     pub offsets: offsets::OffsetStore,
     pub coordinator: coordinator::Coordinator,
+    /// Where everything lives; one node's table until the cluster fills it.
+    placement: Box<dyn Placement>,
     topics: RefCell<HashMap<String, Rc<TopicMeta>>>,
     /// Partitions this core owns, by topic then partition number.
     partitions: RefCell<HashMap<String, Vec<Option<Rc<PartitionLog>>>>>,
@@ -173,7 +184,19 @@ pub struct Shard {
 }
 
 impl Shard {
+    /// Core `core` of a broker that is the only node ([`OneNode`] placement).
     pub fn new(core: usize, config: Arc<BrokerConfig>, mesh: Mesh) -> Shard {
+        let placement = Box::new(OneNode::new(&config));
+        Shard::with_placement(core, config, mesh, placement)
+    }
+
+    /// Core `core` placing partitions, groups and the controller by `placement`.
+    pub fn with_placement(
+        core: usize,
+        config: Arc<BrokerConfig>,
+        mesh: Mesh,
+        placement: Box<dyn Placement>,
+    ) -> Shard {
         let offsets =
             offsets::OffsetStore::new(&config.data_dir, &config.log, config.offsets_segment_bytes);
         Shard {
@@ -184,6 +207,7 @@ impl Shard {
             metrics: Default::default(),
             offsets,
             coordinator: Default::default(),
+            placement,
             topics: RefCell::new(HashMap::new()),
             partitions: RefCell::new(HashMap::new()),
             producers: Default::default(),
@@ -197,8 +221,38 @@ impl Shard {
         self.config.cores
     }
 
-    pub fn owner(&self, topic: &str, partition: u32) -> usize {
-        crate::protocol::routing::partition_owner(topic, partition, self.cores())
+    /// Where every partition, group and the controller lives.
+    pub fn placement(&self) -> &dyn Placement {
+        self.placement.as_ref()
+    }
+
+    /// This core's place.
+    pub fn here(&self) -> Place {
+        Place {
+            node: self.placement.node(),
+            core: CoreId(u16::try_from(self.core).expect("cores fit a core id")),
+        }
+    }
+
+    /// The places of this node's cores, in core order.
+    pub fn local_places(&self) -> Vec<Place> {
+        let node = self.placement.node();
+        let mut places = self.placement.places();
+        places.retain(|place| place.node == node);
+        places
+    }
+
+    /// How this core reaches `place`: the one function that turns a place into a local
+    /// core. Another node's place is [`NotHere`]: this process cannot serve it.
+    pub fn hop(&self, place: Place) -> Result<Hop, NotHere> {
+        if place.node != self.placement.node() || place.core.index() >= self.cores() {
+            return Err(NotHere { place });
+        }
+        Ok(if place.core.index() == self.core {
+            Hop::Here
+        } else {
+            Hop::Core(place.core.index())
+        })
     }
 
     /// Loads every topic from disk and opens the partitions this core owns (recovering
@@ -208,7 +262,10 @@ impl Shard {
         for meta in metas {
             self.open_topic(meta).await?;
         }
-        self.offsets.load(self.core, self.cores()).await?;
+        let here = self.here();
+        self.offsets
+            .load(|shard| self.placement.offsets_owner(shard) == here)
+            .await?;
         let owned: usize = self
             .partitions
             .borrow()
@@ -307,7 +364,7 @@ impl Shard {
         // A topic growing keeps the partitions it has open (`shard::partitions`).
         let open = self.partitions.borrow().get(&meta.name).cloned();
         for partition in 0..meta.partitions {
-            if self.owner(&meta.name, partition) != self.core {
+            if self.placement.owner(&meta.name, partition) != self.here() {
                 continue;
             }
             if let Some(log) = open
@@ -339,36 +396,42 @@ impl Shard {
         self.producers.forget_topic(name);
     }
 
-    /// Runs a call on the core that owns the data: here, inline, or a mesh round trip.
+    /// Runs a call where the data lives: here, inline, or a mesh round trip; [`NotHere`]
+    /// for a place on another node.
     pub async fn route<C: Run>(
         self: &Rc<Self>,
-        owner: usize,
+        place: Place,
         call: C,
     ) -> Result<C::Reply, Failure> {
-        if owner == self.core {
-            call.run(self).await
-        } else {
-            Metrics::inc(&self.metrics.mesh_calls);
-            self.mesh.call(owner, call).await
+        match self.hop(place)? {
+            Hop::Here => call.run(self).await,
+            Hop::Core(core) => {
+                Metrics::inc(&self.metrics.mesh_calls);
+                self.mesh.call(core, call).await
+            }
         }
     }
 
-    /// Runs one call per core in `calls` at once: every remote call is sent before any
+    /// Runs one call per place in `calls` at once: every remote call is sent before any
     /// answer is awaited, and the local one runs meanwhile. Replies in the order of `calls`.
-    pub async fn on_cores<C: Run>(
+    pub async fn on_places<C: Run>(
         self: &Rc<Self>,
-        calls: Vec<(usize, C)>,
+        calls: Vec<(Place, C)>,
     ) -> Vec<Result<C::Reply, Failure>> {
         let mut started = Vec::with_capacity(calls.len());
         let mut local = None;
-        for (at, (core, call)) in calls.into_iter().enumerate() {
-            if core == self.core {
-                local = Some((at, call));
-                started.push(None);
-                continue;
+        for (at, (place, call)) in calls.into_iter().enumerate() {
+            match self.hop(place) {
+                Ok(Hop::Here) => {
+                    local = Some((at, call));
+                    started.push(None);
+                }
+                Ok(Hop::Core(core)) => {
+                    Metrics::inc(&self.metrics.mesh_calls);
+                    started.push(Some(self.mesh.start(core, call).await));
+                }
+                Err(not_here) => started.push(Some(Err(not_here.into()))),
             }
-            Metrics::inc(&self.metrics.mesh_calls);
-            started.push(Some(self.mesh.start(core, call).await));
         }
         let mut local_reply = match local {
             Some((at, call)) => Some((at, call.run(self).await)),
@@ -419,7 +482,7 @@ impl Shard {
             ),
             Some(_) => Failure::new(
                 ErrorCode::Internal,
-                format!("{topic}/{partition} is not owned by core {}", self.core),
+                format!("{topic}/{partition} is not owned by {}", self.here()),
             ),
         })
     }

@@ -3,7 +3,8 @@
 //! A committed offset is keyed by (group, topic, partition), encoded without ambiguity as
 //! `[u16 len][group][u16 len][topic][u32 partition]` (HermitMQ's `group:topic:partition`
 //! string collides as soon as a name contains `:`; this cannot). The key picks a shard,
-//! `fnv1a32(key) & 255`, and shard `s` lives on core `s % cores`, in
+//! `fnv1a32(key) & 255` (fixed: it names the shard's directory), and the placement says
+//! where shard `s` lives (`Placement::offsets_owner`; on one node core `s % cores`), in
 //! `<data>/offsets/<s>/` as a partition log of the storage engine: every commit appends a
 //! batch whose key is the encoded key and whose payload is `[u64 offset][u64 commit time ns]`,
 //! followed by the commit's metadata string when it has one (Kafka's OffsetCommit carries
@@ -34,14 +35,9 @@ const VALUE_LEN: usize = 16;
 /// Longest metadata string kept with a commit, as Kafka's `offset.metadata.max.bytes`.
 pub const COMMIT_METADATA_BYTES_MAX: usize = 4096;
 
-/// The shard of an encoded key.
+/// The shard of an encoded key. Which core serves the shard is the placement's answer.
 pub fn shard_of(key: &[u8]) -> usize {
     (fnv1a32(key) & 255) as usize
-}
-
-/// The core that owns shard `shard`.
-pub fn shard_owner(shard: usize, cores: usize) -> usize {
-    shard % cores.max(1)
 }
 
 /// Encodes (group, topic, partition) as an offsets key.
@@ -114,13 +110,13 @@ impl OffsetStore {
         }
     }
 
-    /// Opens the shards that exist on disk and belong to `core`.
-    pub async fn load(&self, core: usize, cores: usize) -> Result<(), StorageError> {
+    /// Opens the shards that exist on disk and are `here` (placed on this core).
+    pub async fn load(&self, here: impl Fn(usize) -> bool) -> Result<(), StorageError> {
         let dir = self.data_dir.join(OFFSETS_DIR);
         if !dir.exists() {
             return Ok(());
         }
-        for shard in (0..SHARDS).filter(|&s| shard_owner(s, cores) == core) {
+        for shard in (0..SHARDS).filter(|&s| here(s)) {
             if dir.join(shard.to_string()).exists() {
                 self.shard(shard).await?;
             }

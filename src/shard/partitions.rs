@@ -3,13 +3,13 @@
 //!
 //! Grow runs on the controller like create and alter: `topic.meta` is rewritten durably
 //! with the new count first, then every core opens the new partitions it owns (each placed
-//! by the owner function like any partition; the existing ones stay open as they are),
+//! by the placement like any partition; the existing ones stay open as they are),
 //! then every core publishes the topic with its new count. A failure before the publish
 //! round writes the old count back, so a restart shows the topic as clients last saw it.
 //! A crash after the rewrite and before the answer leaves the topic grown at the next
 //! start (the client got no answer and may ask again: the count is then already there).
-//! Existing partitions, their records and offsets do not move: a partition's owner is a
-//! hash of its topic and number, not of the count.
+//! Existing partitions, their records and offsets do not move: a partition's owner is (on
+//! one node) a hash of its topic and number, not of the count.
 
 use std::rc::Rc;
 
@@ -18,7 +18,7 @@ use tracing::{info, warn};
 use crate::protocol::native::ErrorCode;
 use crate::shard::calls::{DeleteRecords, GrowTopic, OpenPartitions, PublishTopic, Run};
 use crate::shard::topics::{PARTITIONS_MAX, TopicMeta};
-use crate::shard::{CONTROLLER_CORE, Failure, Shard};
+use crate::shard::{Failure, Shard};
 
 impl Shard {
     /// Grows topic `name` to `partitions` partitions (on any core; forwarded to the
@@ -36,7 +36,7 @@ impl Shard {
             partitions,
             validate_only,
         };
-        self.route(CONTROLLER_CORE, call).await
+        self.route(self.placement().controller(), call).await
     }
 
     async fn grow_on_controller(self: &Rc<Self>, call: GrowTopic) -> Result<(), Failure> {
@@ -95,7 +95,8 @@ impl Shard {
             partition,
             offset,
         };
-        self.route(self.owner(topic, partition), call).await
+        self.route(self.placement().owner(topic, partition), call)
+            .await
     }
 }
 

@@ -178,6 +178,9 @@ code_enum!(
         InvalidSessionTimeout = 32,
         /// The group is at its member limit, or its coordinator at its group limit.
         GroupFull = 33,
+        /// The partition, group or controller is served by another node of the cluster:
+        /// refresh the metadata and ask there.
+        NotHere = 34,
     }
 );
 

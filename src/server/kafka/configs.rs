@@ -15,6 +15,7 @@
 
 use crate::config::BrokerConfig;
 use crate::protocol::native::TopicSettings;
+use crate::shard::placement::Place;
 use crate::shard::topics::TopicMeta;
 use crate::storage::FsyncPolicy;
 
@@ -159,7 +160,10 @@ pub fn describe_topic(meta: &TopicMeta, broker: &BrokerConfig) -> Vec<Entry> {
 }
 
 /// The broker's configs: all static (set by `pagurus serve`'s options), read-only.
-pub fn describe_broker(broker: &BrokerConfig, node: usize) -> Vec<Entry> {
+/// The settings of the broker at `place`, a place of this node (another node's settings
+/// are that node's to describe).
+pub fn describe_broker(broker: &BrokerConfig, place: Place) -> Vec<Entry> {
+    let id = place.broker_id().to_string();
     let log = &broker.log;
     let (flush_messages, flush_ms) = flush_values(log.fsync);
     let fixed = |name, value: String, config_type, doc| Entry {
@@ -171,8 +175,8 @@ pub fn describe_broker(broker: &BrokerConfig, node: usize) -> Vec<Entry> {
         doc,
     };
     vec![
-        fixed("node.id", node.to_string(), TYPE_INT, "this core"),
-        fixed("broker.id", node.to_string(), TYPE_INT, "this core"),
+        fixed("node.id", id.clone(), TYPE_INT, "this core"),
+        fixed("broker.id", id, TYPE_INT, "this core"),
         fixed(
             "log.segment.bytes",
             log.segment_bytes.to_string(),

@@ -1,9 +1,9 @@
 //! CreatePartitions: grows a topic to the asked count (`shard::partitions`). Every new
-//! partition is placed like any other (its owner core is a hash of the topic and the
-//! partition number), and the existing ones keep their records, offsets and owners.
-//! Clients see the new partitions at their next Metadata. A count not above the current
-//! one is `INVALID_PARTITIONS` (37), as in Kafka; manual replica assignments are
-//! `INVALID_REQUEST` (42): placement is by hash, as for CreateTopics.
+//! partition is placed like any other (by the placement: on one node its owner core is a
+//! hash of the topic and the partition number), and the existing ones keep their records,
+//! offsets and owners. Clients see the new partitions at their next Metadata. A count not
+//! above the current one is `INVALID_PARTITIONS` (37), as in Kafka; manual replica
+//! assignments are `INVALID_REQUEST` (42): placement is by hash, as for CreateTopics.
 
 use std::rc::Rc;
 

@@ -1,6 +1,7 @@
-//! DescribeCluster: the same brokers as Metadata (one per core: node id = core, the host the
-//! client reached, that core's shard port), the cluster id, and core 0 (which creates and
-//! deletes topics) as the controller. No broker is ever fenced. Asking for the cluster's
+//! DescribeCluster: the same brokers as Metadata (one per place of the placement; on one
+//! node: node id = core, the host the client reached, that core's shard port), the cluster
+//! id, and the placement's controller (core 0 of one node, which creates and deletes
+//! topics). No broker is ever fenced. Asking for the cluster's
 //! controllers (endpoint type 2, v1+) is `MISMATCHED_ENDPOINT_TYPE` (114), as a Kafka broker
 //! answers it: clients ask controllers for them on the controllers' own listener.
 
@@ -13,7 +14,6 @@ use kafka_protocol::protocol::StrBytes;
 use super::metadata::{CLUSTER_ID, brokers, node_id};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
-use crate::shard::CONTROLLER_CORE;
 
 const ENDPOINT_BROKERS: i8 = 1;
 const MISMATCHED_ENDPOINT_TYPE: i16 = 114;
@@ -28,7 +28,7 @@ pub(super) fn handle(
     let mut response = DescribeClusterResponse::default()
         .with_endpoint_type(ENDPOINT_BROKERS)
         .with_cluster_id(StrBytes::from_static_str(CLUSTER_ID))
-        .with_controller_id(node_id(CONTROLLER_CORE))
+        .with_controller_id(node_id(conn.shard.placement().controller()))
         .with_cluster_authorized_operations(OPERATIONS_NOT_ASKED);
     if header.api_version >= 1 && request.endpoint_type != ENDPOINT_BROKERS {
         response = response

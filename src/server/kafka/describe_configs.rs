@@ -87,12 +87,17 @@ pub(super) fn entries(
                 format!("unknown topic {}", name.as_str()),
             )),
         },
-        // "" is the cluster-wide default; a node id is one core.
+        // "" is the cluster-wide default; a broker id is one place (node, core).
         RESOURCE_BROKER => match name.as_str() {
-            "" => Ok(configs::describe_broker(broker, conn.shard.core)),
-            id => match id.parse::<usize>() {
-                Ok(node) if node < conn.shard.cores() => Ok(configs::describe_broker(broker, node)),
-                _ => Err((INVALID_REQUEST, format!("no broker {id}"))),
+            "" => Ok(configs::describe_broker(broker, conn.shard.here())),
+            id => match id.parse::<i32>().ok().and_then(|id| {
+                let placement = conn.shard.placement();
+                placement
+                    .place_of_broker(id)
+                    .filter(|place| place.node == placement.node())
+            }) {
+                Some(place) => Ok(configs::describe_broker(broker, place)),
+                None => Err((INVALID_REQUEST, format!("no broker {id}"))),
             },
         },
         other => Err((

@@ -25,13 +25,13 @@ pub(super) fn handle(
     let conn = Rc::clone(conn);
     Pending::later(async move {
         let shard = &conn.shard;
-        // The broker the client asked: the core of the shard port, or on the main port the
+        // The broker the client asked: the place of the shard port, or on the main port the
         // core that accepted the connection.
         let broker = match conn.listener {
-            super::Listener::Shard(core) => core,
-            super::Listener::Main => shard.core,
+            super::Listener::Shard(place) => place,
+            super::Listener::Main => shard.here(),
         };
-        let here = |name: &str, p: u32| shard.owner(name, p) == broker;
+        let here = |name: &str, p: u32| shard.placement().owner(name, p) == broker;
         // (topic, partitions) asked for, existing ones this broker leads only.
         let asked: Vec<(String, Vec<u32>)> = match request.topics {
             None => shard

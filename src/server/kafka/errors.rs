@@ -46,7 +46,7 @@ pub fn from_native(code: ErrorCode) -> i16 {
             KAFKA_STORAGE_ERROR
         }
         // The client retries elsewhere after refreshing its metadata.
-        ErrorCode::ShuttingDown | ErrorCode::Fenced => NOT_LEADER_OR_FOLLOWER,
+        ErrorCode::ShuttingDown | ErrorCode::Fenced | ErrorCode::NotHere => NOT_LEADER_OR_FOLLOWER,
         ErrorCode::UnknownGroup => COORDINATOR_NOT_AVAILABLE,
         ErrorCode::OutOfOrderSequence => OUT_OF_ORDER_SEQUENCE_NUMBER,
         ErrorCode::ProducerFenced => INVALID_PRODUCER_EPOCH,

@@ -210,7 +210,7 @@ async fn plan_one(
     if let Err(failure) = shard.known_partition(&topic, partition) {
         return Outcome::Error(errors::from_native(failure.code));
     }
-    if conn.not_leader(shard.owner(&topic, partition)) {
+    if conn.not_leader(shard.placement().owner(&topic, partition)) {
         return Outcome::Error(NOT_LEADER_OR_FOLLOWER);
     }
     conn.used.record(shard, topic.as_bytes());

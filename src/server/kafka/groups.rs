@@ -26,6 +26,7 @@ pub const NON_EMPTY_GROUP: i16 = 68;
 pub const MEMBER_ID_REQUIRED: i16 = 79;
 pub const GROUP_MAX_SIZE_REACHED: i16 = 81;
 pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
+pub const NOT_COORDINATOR: i16 = 16;
 
 pub(super) fn handle(conn: &Rc<Conn>, header: RequestHeader, request: KafkaRequest) -> Pending {
     match request {
@@ -59,6 +60,8 @@ pub(super) fn code(failure: &Failure) -> i16 {
         ErrorCode::Malformed => INVALID_REQUEST,
         // The client finds the coordinator again and retries.
         ErrorCode::ShuttingDown => COORDINATOR_NOT_AVAILABLE,
+        // The group's coordinator is on another node: FindCoordinator names it.
+        ErrorCode::NotHere => NOT_COORDINATOR,
         ErrorCode::Internal => UNKNOWN_SERVER_ERROR,
         other => errors::from_native(other),
     }

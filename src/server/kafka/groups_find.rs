@@ -1,6 +1,5 @@
-//! FindCoordinator: a group's coordinator is the core that owns it
-//! (`protocol::routing::group_coordinator`), advertised as the broker of that core, as
-//! Metadata lists it. Transaction coordinators (key type 1) are refused: pagurus has no
+//! FindCoordinator: a group's coordinator is the placement's answer, advertised as the
+//! broker of that place, as Metadata lists it. Transaction coordinators (key type 1) are refused: pagurus has no
 //! transactions.
 
 use std::rc::Rc;
@@ -11,7 +10,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::errors::COORDINATOR_NOT_AVAILABLE;
 use super::groups::INVALID_GROUP_ID;
-use super::metadata::{brokers, node_id};
+use super::metadata::broker;
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
 
@@ -61,11 +60,13 @@ fn coordinator(conn: &Conn, key: StrBytes, key_type: i8) -> Coordinator {
     if conn.shard.valid_name(key.as_bytes(), "group").is_err() {
         return refused(INVALID_GROUP_ID, "invalid group name");
     }
-    let core = conn.shard.coordinator_of(&key);
-    let broker = brokers(conn)
-        .into_iter()
-        .find(|b| b.node_id == node_id(core))
-        .expect("every core is a broker");
+    let place = conn.shard.placement().coordinator(&key);
+    let Some(broker) = broker(conn, place) else {
+        return refused(
+            COORDINATOR_NOT_AVAILABLE,
+            "the coordinator's broker has no address",
+        );
+    };
     Coordinator::default()
         .with_key(key)
         .with_node_id(broker.node_id)

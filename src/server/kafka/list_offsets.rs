@@ -75,7 +75,7 @@ async fn list(conn: &Conn, topic: &str, index: i32, timestamp: i64) -> Result<i6
         .known_partition(topic, partition)
         .map_err(|f| errors::from_native(f.code))?;
     conn.used.record(shard, topic.as_bytes());
-    if conn.not_leader(shard.owner(topic, partition)) {
+    if conn.not_leader(shard.placement().owner(topic, partition)) {
         return Err(NOT_LEADER_OR_FOLLOWER);
     }
     let spec = match timestamp {

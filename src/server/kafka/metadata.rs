@@ -1,5 +1,6 @@
-//! Metadata: every core is a broker (node id = core, host = the address the client reached,
-//! port = that core's shard port), a partition's leader is its owning core. Topics named
+//! Metadata: every place (node, core) is a broker, with the id, host and port the placement
+//! gives it (on one node: id = core, host = the address the client reached, port = that
+//! core's shard port); a partition's leader and replicas are the placement's. Topics named
 //! and missing are created on demand when the request allows it, as Kafka's
 //! `auto.create.topics.enable` does (topics are created on demand for every protocol),
 //! except a topic deleted since this connection used it (`shard::used`).
@@ -16,6 +17,7 @@ use tracing::debug;
 use super::errors::{self, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PARTITION};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
+use crate::shard::placement::Place;
 
 /// The cluster id every Metadata answer carries.
 pub const CLUSTER_ID: &str = "pagurus";
@@ -28,25 +30,30 @@ pub(super) fn handle(conn: &Rc<Conn>, header: RequestHeader, request: MetadataRe
     })
 }
 
-/// The brokers list: one per core.
+/// The brokers list: one per place.
 pub(super) fn brokers(conn: &Conn) -> Vec<MetadataResponseBroker> {
-    let shard = &conn.shard;
-    (0..shard.cores())
-        .map(|core| {
-            let port = shard
-                .config
-                .shard_port(core)
-                .unwrap_or(shard.config.listen.port());
-            MetadataResponseBroker::default()
-                .with_node_id(node_id(core))
-                .with_host(StrBytes::from_string(conn.host.clone()))
-                .with_port(i32::from(port))
-        })
+    let places = conn.shard.placement().places();
+    places
+        .into_iter()
+        .filter_map(|place| broker(conn, place))
         .collect()
 }
 
-pub(super) fn node_id(core: usize) -> BrokerId {
-    BrokerId(i32::try_from(core).expect("cores fit i32"))
+/// The broker of `place` as a client reaches it; `None` for a place that does not exist.
+pub(super) fn broker(conn: &Conn, place: Place) -> Option<MetadataResponseBroker> {
+    let address = conn.shard.placement().address(place)?;
+    Some(
+        MetadataResponseBroker::default()
+            .with_node_id(node_id(place))
+            .with_host(StrBytes::from_string(
+                address.host.clone().unwrap_or_else(|| conn.host.clone()),
+            ))
+            .with_port(i32::from(address.port())),
+    )
+}
+
+pub(super) fn node_id(place: Place) -> BrokerId {
+    BrokerId(place.broker_id())
 }
 
 async fn metadata(
@@ -126,7 +133,8 @@ async fn metadata(
                 .iter()
                 .enumerate()
                 .map(|(index, p)| {
-                    let leader = node_id(p.owner_core);
+                    let leader = node_id(p.owner);
+                    let replicas: Vec<BrokerId> = p.replicas.iter().map(|&r| node_id(r)).collect();
                     MetadataResponsePartition::default()
                         .with_partition_index(i32::try_from(index).expect("partitions fit i32"))
                         .with_error_code(if p.state.is_some() {
@@ -137,8 +145,9 @@ async fn metadata(
                         .with_leader_id(leader)
                         // v7+ only; -1 (unknown) is what older versions imply.
                         .with_leader_epoch(if header.api_version >= 7 { 0 } else { -1 })
-                        .with_replica_nodes(vec![leader])
-                        .with_isr_nodes(vec![leader])
+                        // Every replica is in sync until replication exists.
+                        .with_isr_nodes(replicas.clone())
+                        .with_replica_nodes(replicas)
                 })
                 .collect();
             let mut topic = MetadataResponseTopic::default()
@@ -169,7 +178,7 @@ async fn metadata(
     MetadataResponse::default()
         .with_brokers(brokers(conn))
         .with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)))
-        .with_controller_id(node_id(crate::shard::CONTROLLER_CORE))
+        .with_controller_id(node_id(shard.placement().controller()))
         .with_topics(topics)
 }
 

@@ -139,13 +139,13 @@ async fn start_partition(conn: &Conn, topic: &TopicName, index: i32, records: &[
     if let Ok(name) = std::str::from_utf8(name)
         && let Some(meta) = shard.topic(name)
         && partition < meta.partitions
-        && conn.not_leader(shard.owner(name, partition))
+        && conn.not_leader(shard.placement().owner(name, partition))
     {
         return Started::Refused(
             NOT_LEADER_OR_FOLLOWER,
             format!(
                 "{name}/{partition} is led by broker {}",
-                shard.owner(name, partition)
+                shard.placement().owner(name, partition).broker_id()
             ),
         );
     }

@@ -43,7 +43,9 @@ fn response(metadata: Metadata) -> MetadataResponse {
                     .map(|p| {
                         let state = p.state.unwrap_or_default();
                         PartitionMetadata {
-                            owner_core: u16::try_from(p.owner_core).unwrap_or(u16::MAX),
+                            // The native wire names a core of the node it asks
+                            // (one node, for now): the place's core.
+                            owner_core: p.owner.core.0,
                             log_start_offset: state.log_start_offset,
                             high_watermark: state.high_watermark,
                         }

@@ -18,6 +18,7 @@ use std::rc::Rc;
 use glommio::net::TcpStream;
 
 use crate::shard::Shard;
+use crate::shard::placement::Place;
 use crate::shard::used::UsedTopics;
 
 pub use outbox::{FileRange, Outbox};
@@ -54,9 +55,9 @@ pub enum Listener {
     /// The main port: any core may have accepted it (SO_REUSEPORT), so requests for other
     /// cores' partitions go through the shard API (a mesh hop), never NOT_LEADER.
     Main,
-    /// A core's shard port, advertised as that core: a partition another core owns is
+    /// A core's shard port, advertised as that place: a partition placed elsewhere is
     /// refused (Kafka's NOT_LEADER_OR_FOLLOWER), and the client refreshes its metadata.
-    Shard(usize),
+    Shard(Place),
 }
 
 /// One connection's state, shared by its reader and writer.
@@ -80,10 +81,8 @@ impl Session {
         protocol: Protocol,
     ) -> io::Result<Session> {
         let local = stream.borrow().local_addr()?;
-        let listener = match (0..shard.cores())
-            .find(|&core| shard.config.shard_port(core) == Some(local.port()))
-        {
-            Some(core) => Listener::Shard(core),
+        let listener = match shard.placement().listening_on(local.port()) {
+            Some(place) => Listener::Shard(place),
             None => Listener::Main,
         };
         let used = Rc::new(match protocol {
@@ -103,7 +102,7 @@ impl Session {
 
     /// True when a request for a partition owned by `owner` must be refused as "not the
     /// leader" on this connection.
-    pub fn not_leader(&self, owner: usize) -> bool {
-        matches!(self.listener, Listener::Shard(core) if core != owner)
+    pub fn not_leader(&self, owner: Place) -> bool {
+        matches!(self.listener, Listener::Shard(at) if at != owner)
     }
 }

@@ -5,7 +5,6 @@ use std::rc::Rc;
 
 use super::calls::*;
 use crate::protocol::native::ErrorCode;
-use crate::protocol::routing::group_coordinator;
 use crate::shard::groups::GroupPartition;
 use crate::shard::membership::JoinRequest;
 use crate::shard::{Failure, Shard};
@@ -30,11 +29,6 @@ pub struct CommitEntry {
 }
 
 impl Shard {
-    /// The core that coordinates `group`.
-    pub fn coordinator_of(&self, group: &str) -> usize {
-        group_coordinator(group, self.cores())
-    }
-
     /// Joins (or rejoins) a group and waits until the generation forms; or, for a first
     /// join that must have a member id first (KIP-394), hands one out at once.
     pub async fn join_group(
@@ -52,8 +46,11 @@ impl Shard {
         for topic in &request.topics {
             self.valid_name(topic.as_bytes(), "topic")?;
         }
-        self.route(self.coordinator_of(&group), GroupJoin { group, request })
-            .await
+        self.route(
+            self.placement().coordinator(&group),
+            GroupJoin { group, request },
+        )
+        .await
     }
 
     /// Sends the member's sync (with every member's assignment from a Kafka leader) and
@@ -72,7 +69,8 @@ impl Shard {
             generation,
             assignments,
         };
-        self.route(self.coordinator_of(&call.group), call).await
+        self.route(self.placement().coordinator(&call.group), call)
+            .await
     }
 
     pub async fn heartbeat(
@@ -87,7 +85,8 @@ impl Shard {
             member_id: member_id.to_string(),
             generation,
         };
-        self.route(self.coordinator_of(&call.group), call).await
+        self.route(self.placement().coordinator(&call.group), call)
+            .await
     }
 
     /// Members leave, each by member id (or, empty, by its instance id); one result each.
@@ -97,7 +96,7 @@ impl Shard {
         members: Vec<(String, Option<String>)>,
     ) -> Result<Vec<Result<(), Failure>>, Failure> {
         let group = self.valid_name(group, "group")?.to_string();
-        let owner = self.coordinator_of(&group);
+        let owner = self.placement().coordinator(&group);
         self.route(owner, GroupLeave { group, members }).await
     }
 
@@ -107,7 +106,7 @@ impl Shard {
         group: &[u8],
     ) -> Result<GroupDescription, Failure> {
         let name = self.valid_name(group, "group")?.to_string();
-        let owner = self.coordinator_of(&name);
+        let owner = self.placement().coordinator(&name);
         let view = self
             .route(
                 owner,
@@ -127,9 +126,13 @@ impl Shard {
     /// Every group a coordinator holds or with committed offsets, sorted, as (name, state,
     /// protocol type); a group known only by its offsets is `Empty` with no type.
     pub async fn group_listings(self: &Rc<Self>) -> Result<Vec<GroupListing>, Failure> {
-        let calls = (0..self.cores()).map(|core| (core, GroupList)).collect();
+        let calls = self
+            .local_places()
+            .into_iter()
+            .map(|place| (place, GroupList))
+            .collect();
         let mut all = Vec::new();
-        for reply in self.on_cores(calls).await {
+        for reply in self.on_places(calls).await {
             all.extend(reply?);
         }
         for name in self.list_groups().await? {
@@ -145,7 +148,7 @@ impl Shard {
     /// `GroupNotEmpty` while it has members, `UnknownGroup` if there was nothing to delete.
     pub async fn delete_group(self: &Rc<Self>, group: &[u8]) -> Result<(), Failure> {
         let name = self.valid_name(group, "group")?.to_string();
-        let owner = self.coordinator_of(&name);
+        let owner = self.placement().coordinator(&name);
         let forgotten = self
             .route(
                 owner,
@@ -171,18 +174,20 @@ impl Shard {
         topic: Option<&str>,
         partitions: Option<Vec<u32>>,
     ) -> Result<u64, Failure> {
-        let calls = (0..self.cores())
-            .map(|core| {
+        let calls = self
+            .local_places()
+            .into_iter()
+            .map(|place| {
                 let call = OffsetsDelete {
                     group: group.map(str::to_string),
                     topic: topic.map(str::to_string),
                     partitions: partitions.clone(),
                 };
-                (core, call)
+                (place, call)
             })
             .collect();
         let mut deleted = 0;
-        for reply in self.on_cores(calls).await {
+        for reply in self.on_places(calls).await {
             deleted += reply?;
         }
         Ok(deleted)
@@ -221,7 +226,7 @@ impl Shard {
             member_id: member_id.to_string(),
             generation,
         };
-        self.route(self.coordinator_of(group), call).await
+        self.route(self.placement().coordinator(group), call).await
     }
 
     /// Commits offsets for a member of a generation: fenced by the coordinator first (a

@@ -1,9 +1,9 @@
 //! The group coordinator: the sans-IO [`membership`](crate::shard::membership) state machine
 //! driven with real time on the core that owns the group.
 //!
-//! - Which core: `protocol::routing::group_coordinator` (FNV-1a of the group name modulo
-//!   the cores), so every front-end, FindCoordinator included, names the same core, and
-//!   every group call is routed there by the shard ([`api`]).
+//! - Which core: the placement's `coordinator` (on one node, FNV-1a of the group name
+//!   modulo the cores), so every front-end, FindCoordinator included, names the same place,
+//!   and every group call is routed there by the shard ([`api`]).
 //! - Waits: a join waits until its generation forms (every known member rejoined, or the
 //!   rebalance deadline passed), a Kafka follower's sync until the leader's assignment.
 //!   Replies the machine makes for a waiting member are left in [`Coordinator`]'s answer box
