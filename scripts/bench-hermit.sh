@@ -45,6 +45,12 @@
 # Each run starts from an empty data directory. Prints every run, then medians and the
 # pagurus / HermitMQ ratios. BROKER_CPUS / CLIENT_CPUS (taskset lists) pin the broker and
 # the tools apart; CORES is pagurus' --cores (0 = every CPU it may use).
+#
+# Broker CPU: utime + stime of the broker process (all its threads, /proc/PID/stat) from just
+# before the consumer connects to just after both tools are done, so start-up and shutdown
+# are not in it; also per batch of 100 records (10,000 batches a run). pagurus runs with
+# IDLE_POLL_US (default 0: `--idle-poll-us 0`, no polling before parking, which would count
+# spinning as CPU; HermitMQ does not poll either). The resolution is one clock tick (10 ms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 HERMIT_DIR=${1:?usage: scripts/bench-hermit.sh HERMIT_DIR (see the header)}
@@ -66,6 +72,8 @@ ROUNDS=${ROUNDS:-3}
 [ "$QUICK" = 1 ] && ROUNDS=1
 CORES=${CORES:-0}
 RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-120}
+IDLE_POLL_US=${IDLE_POLL_US:-0}
+CLK_TCK=$(getconf CLK_TCK)
 BIN=${BROKER_BIN:-${CARGO_TARGET_DIR:-$PWD/target}/release/pagurus}
 OUT=${OUT:-bench-results/hermit-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -101,7 +109,7 @@ start_broker() { # hermit | always | never
   elif [ "$PERF" = 1 ]; then
     perf stat -x, -o "$OUT/perf-$1-$2.csv" -e "$PERF_EVENTS" -- \
       "${BROKER_PIN[@]}" "$BIN" serve --data-dir "$WORK/run/data" --listen 127.0.0.1:9092 \
-      --cores "$CORES" --fsync "$1" >"$OUT/broker-$1-$2.log" 2>&1 &
+      --cores "$CORES" --fsync "$1" --idle-poll-us "$IDLE_POLL_US" >"$OUT/broker-$1-$2.log" 2>&1 &
     PERF_PID=$!
     # perf does not pass signals on: the broker is perf's child.
     for _ in $(seq 100); do BROKER=$(pgrep -P "$PERF_PID" || true); [ -n "$BROKER" ] && break; sleep 0.05; done
@@ -109,7 +117,7 @@ start_broker() { # hermit | always | never
     return
   else
     "${BROKER_PIN[@]}" "$BIN" serve --data-dir "$WORK/run/data" --listen 127.0.0.1:9092 \
-      --cores "$CORES" --fsync "$1" >"$OUT/broker-$1-$2.log" 2>&1 &
+      --cores "$CORES" --fsync "$1" --idle-poll-us "$IDLE_POLL_US" >"$OUT/broker-$1-$2.log" 2>&1 &
   fi
   BROKER=$!
   wait_port
@@ -126,20 +134,27 @@ stop_broker() {
   echo "a broker still listens on 127.0.0.1:9092 after its TERM"; exit 1
 }
 
-one_run() { # broker kind, round -> appends "kind producer_rate consumer_rate" to $WORK/results
+# utime + stime of the broker process, all threads, in clock ticks (fields 14 and 15; the
+# command name in field 2 is in parentheses and has no spaces for either broker).
+broker_ticks() { awk '{ print $14 + $15 }' "/proc/$BROKER/stat"; }
+
+one_run() { # broker kind, round -> appends "kind producer_rate consumer_rate ..." to $WORK/results
   local kind=$1 round=$2 log="$OUT/$1-$2"
   start_broker "$kind" "$round"
+  local ticks0; ticks0=$(broker_ticks)
   "${CLIENT_PIN[@]}" timeout "$RUN_TIMEOUT_S" "$HERMIT_DIR/bin/spam_consumer" >"$log-consumer.txt" 2>&1 &
   local consumer=$!
   sleep 0.3  # the consumer is connected before the first batch, as with `make stress-consumer` first
   "${CLIENT_PIN[@]}" timeout "$RUN_TIMEOUT_S" "$HERMIT_DIR/bin/spam_producer" >"$log-producer.txt" 2>&1 \
     || { echo "spam_producer failed against $kind (see $log-producer.txt)"; exit 1; }
   wait "$consumer" || { echo "spam_consumer failed against $kind (see $log-consumer.txt)"; exit 1; }
+  local cpu_s; cpu_s=$(( $(broker_ticks) - ticks0 )); cpu_s=$(awk -v t="$cpu_s" -v hz="$CLK_TCK" 'BEGIN { print t / hz }')
   stop_broker
   python3 - "$kind" "$log-producer.txt" "$log-consumer.txt" "$OUT/broker-$kind-$round.log" \
-    "$OUT/perf-$kind-$round.csv" >>"$WORK/results" <<'PY'
+    "$OUT/perf-$kind-$round.csv" "$cpu_s" >>"$WORK/results" <<'PY'
 import re, sys
 kind, prod, cons = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read()
+cpu_s = float(sys.argv[6])
 # pagurus's stop lines ("core stopped ... counters=name=value ..."), summed over cores.
 counters = {}
 for line in open(sys.argv[4], errors="replace"):
@@ -170,7 +185,7 @@ try:
 except (FileNotFoundError, IndexError):
     pass
 print(kind, 1_000_000 / secs, float(c.group(1)), counters.get("mesh_calls", 0) / batches,
-      counters.get("connections_handed_off", 0), *perf)
+      counters.get("connections_handed_off", 0), cpu_s, *perf)
 PY
   echo ">> round $round, $kind: $(tail -n1 "$WORK/results")" >&2
 }
@@ -180,36 +195,42 @@ for round in $(seq "$ROUNDS"); do
   for kind in hermit always never; do one_run "$kind" "$round"; done
 done
 
-python3 - "$WORK/results" "$ROUNDS" "$(nproc)" "$(uname -r)" "${BROKER_CPUS:-any}" "${CLIENT_CPUS:-any}" <<'PY' | tee "$OUT/summary.md"
+python3 - "$WORK/results" "$ROUNDS" "$(nproc)" "$(uname -r)" "${BROKER_CPUS:-any}" "${CLIENT_CPUS:-any}" "$IDLE_POLL_US" <<'PY' | tee "$OUT/summary.md"
 import statistics, sys
 rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
 med = {}
 for kind in ("hermit", "always", "never"):
     p = [float(r[1]) for r in rows if r[0] == kind]
     c = [float(r[2]) for r in rows if r[0] == kind]
-    med[kind] = (statistics.median(p), statistics.median(c), p, c)
+    u = [float(r[5]) for r in rows if r[0] == kind]
+    med[kind] = (statistics.median(p), statistics.median(c), p, c, statistics.median(u), u)
 name = {"hermit": "HermitMQ", "always": "pagurus --fsync always", "never": "pagurus --fsync never"}
 print(f"# HermitMQ's spam_producer / spam_consumer, medians of {sys.argv[2]} alternating rounds")
 print()
 print(f"{sys.argv[3]} CPUs, {sys.argv[4]}, broker CPUs {sys.argv[5]}, tools' CPUs {sys.argv[6]}.")
 print("10 producer connections x 100,000 records of 28 B, 100 per batch, one batch in flight each.")
+print(f"pagurus --idle-poll-us {sys.argv[7]}.")
 print()
-print("| broker | producer rec/s (median) | x HermitMQ | consumer rec/s (median) | x HermitMQ | producer runs | mesh calls per batch | connections handed off |")
-print("|---|---|---|---|---|---|---|---|")
+print("| broker | producer rec/s (median) | x HermitMQ | consumer rec/s (median) | x HermitMQ | broker CPU s (median) | x HermitMQ | broker CPU us per batch | producer runs | broker CPU s, runs | mesh calls per batch | connections handed off |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 h = med["hermit"]
 for kind in ("hermit", "always", "never"):
-    p, c, ps, _ = med[kind]
+    p, c, ps, _, u, us = med[kind]
     runs = ", ".join(f"{x:,.0f}" for x in ps)
+    cpus = ", ".join(f"{x:.2f}" for x in us)
     mesh = "-" if kind == "hermit" else ", ".join(f"{float(r[3]):.3f}" for r in rows if r[0] == kind)
     handed = "-" if kind == "hermit" else ", ".join(r[4] for r in rows if r[0] == kind)
-    print(f"| {name[kind]} | {p:,.0f} | {p / h[0]:.2f} | {c:,.0f} | {c / h[1]:.2f} | {runs} | {mesh} | {handed} |")
+    ux = f"{u / h[4]:.2f}" if h[4] > 0 else "-"
+    print(f"| {name[kind]} | {p:,.0f} | {p / h[0]:.2f} | {c:,.0f} | {c / h[1]:.2f} | {u:.2f} | {ux} | {u / 10_000 * 1e6:.1f} | {runs} | {cpus} | {mesh} | {handed} |")
 print()
-print("Mesh calls per batch and hand-offs come from pagurus's stop lines (all cores, each run).")
-perf = [r for r in rows if len(r) > 5]
+print("Broker CPU: utime + stime from /proc/PID/stat over the run (consumer start to both tools")
+print("done), 10 ms ticks; per batch = that / 10,000 batches. Mesh calls per batch and hand-offs")
+print("come from pagurus's stop lines (all cores, each run).")
+perf = [r for r in rows if len(r) > 6]
 if perf:
     print()
     print("Kernel counts of the broker per produced batch (perf stat), each run:")
     print()
     for r in perf:
-        print(f"- {name[r[0]]}: " + ", ".join(r[5:]))
+        print(f"- {name[r[0]]}: " + ", ".join(r[6:]))
 PY

@@ -92,6 +92,9 @@ bitflags::bitflags! {
         const CQSIZE    = 1 << 3;
         const CLAMP     = 1 << 4;
         const ATTACH_WQ = 1 << 5;
+        // pagurus: completions that another CPU causes are run by the ring's task at its
+        // next entry to the kernel, without an IPI (Linux 5.19+).
+        const COOP_TASKRUN = 1 << 8;
     }
 }
 

@@ -906,8 +906,15 @@ impl SleepableRing {
         source_map: Rc<RefCell<SourceMap>>,
     ) -> io::Result<Self> {
         assert!(*IO_URING_RECENT_ENOUGH);
+        // pagurus: COOP_TASKRUN where the kernel has it (see vendor/README.md).
+        let ring = iou::IoUring::new_with_flags(
+            size as _,
+            iou::SetupFlags::COOP_TASKRUN,
+            iou::SetupFeatures::empty(),
+        )
+        .or_else(|_| iou::IoUring::new(size as _))?;
         Ok(SleepableRing {
-            ring: iou::IoUring::new(size as _)?,
+            ring,
             size,
             submission_queue: UringQueueState::with_capacity(size * 4),
             name,
