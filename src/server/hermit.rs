@@ -220,6 +220,7 @@ impl Frontend for HermitProducer {
         } else {
             match shard
                 .start_produce(
+                    &session.used,
                     self.topic.as_bytes(),
                     self.partition,
                     Batches::Single(batch),
@@ -376,7 +377,7 @@ async fn consumer(
             max_bytes: CONSUMER_PUSH_BYTES,
             max_wait_ms: CONSUMER_WAIT_MS,
         };
-        let fetch = async { Wake::Data(shard.fetch(call).await) };
+        let fetch = async { Wake::Data(shard.fetch(&session.used, call).await) };
         let gone = async {
             // Any byte or end of stream from a consumer ends it: v1 consumers only listen.
             let _ = read_some(stream, &mut probe).await;

@@ -42,6 +42,22 @@ impl Shard {
         })
     }
 
+    /// The topic a connection's produce or fetch names, created on demand unless the
+    /// connection used a topic of that name that has since been deleted (`shard::used`):
+    /// then `UnknownTopic`, and nothing is created. The check and the creation have no
+    /// await between them, so a delete cannot slip in; every protocol's produce and fetch
+    /// pass here, so the rule is kept in one place.
+    pub async fn topic_used(
+        self: &Rc<Self>,
+        used: &crate::shard::used::UsedTopics,
+        name: &[u8],
+    ) -> Result<Rc<TopicMeta>, Failure> {
+        used.check(self, name)?;
+        let meta = self.topic_on_demand(name).await?;
+        used.record(self, name);
+        Ok(meta)
+    }
+
     /// A topic that must exist already, and the partition that must be in it.
     pub fn known_partition(&self, topic: &str, partition: u32) -> Result<Rc<TopicMeta>, Failure> {
         let Some(meta) = self.topic(topic) else {

@@ -28,6 +28,7 @@ use crate::shard::mesh::InFlight;
 use crate::shard::placement::Place;
 use crate::shard::staging::{stage_all, stage_one};
 use crate::shard::topics::TopicMeta;
+use crate::shard::used::UsedTopics;
 use crate::shard::{Failure, Hop, Shard};
 use crate::storage::{PartitionLog, StorageError, Ticket};
 
@@ -113,12 +114,13 @@ impl Shard {
     /// the calls. Wait for the acknowledgement with [`Shard::finish_produce`].
     pub async fn start_produce(
         self: &Rc<Self>,
+        used: &UsedTopics,
         topic: &[u8],
         partition: u32,
         batches: Batches<'_>,
     ) -> Result<ProduceInFlight, Failure> {
         let started = Instant::now();
-        let meta = self.topic_on_demand(topic).await?;
+        let meta = self.topic_used(used, topic).await?;
         check_partition(&meta, partition)?;
         let core = match self.hop(self.placement().owner(&meta.name, partition))? {
             Hop::Here => None,
@@ -239,19 +241,24 @@ impl Shard {
     /// Both halves of a produce.
     pub async fn produce(
         self: &Rc<Self>,
+        used: &UsedTopics,
         topic: &[u8],
         partition: u32,
         batches: Batches<'_>,
     ) -> Result<Produced, Failure> {
-        let started = self.start_produce(topic, partition, batches).await?;
+        let started = self.start_produce(used, topic, partition, batches).await?;
         self.finish_produce(started).await
     }
 
     /// A read plan for `fetch`, from the partition's owner, long-polling up to its
     /// `max_wait_ms`. The topic is created on demand. The bytes are sent by the caller's
     /// core from its own descriptor of the segment file (zero-copy).
-    pub async fn fetch(self: &Rc<Self>, fetch: Fetch) -> Result<SendPlan, Failure> {
-        let meta = self.topic_on_demand(fetch.topic.as_bytes()).await?;
+    pub async fn fetch(
+        self: &Rc<Self>,
+        used: &UsedTopics,
+        fetch: Fetch,
+    ) -> Result<SendPlan, Failure> {
+        let meta = self.topic_used(used, fetch.topic.as_bytes()).await?;
         check_partition(&meta, fetch.partition)?;
         let owner = self.placement().owner(&meta.name, fetch.partition);
         self.route(owner, fetch).await

@@ -202,10 +202,6 @@ async fn plan_one(
             errors::OFFSET_OUT_OF_RANGE
         });
     };
-    // A topic deleted since this connection used it stays unknown (`shard::used`).
-    if conn.used.check(shard, topic.as_bytes()).is_err() {
-        return Outcome::Error(UNKNOWN_TOPIC_OR_PARTITION);
-    }
     // No creation on demand: a consumer asks for what Metadata listed.
     if let Err(failure) = shard.known_partition(&topic, partition) {
         return Outcome::Error(errors::from_native(failure.code));
@@ -213,7 +209,6 @@ async fn plan_one(
     if conn.not_leader(shard.placement().owner(&topic, partition)) {
         return Outcome::Error(NOT_LEADER_OR_FOLLOWER);
     }
-    conn.used.record(shard, topic.as_bytes());
     let fetch = Fetch {
         topic,
         partition,
@@ -221,7 +216,8 @@ async fn plan_one(
         max_bytes,
         max_wait_ms,
     };
-    match shard.fetch(fetch).await {
+    // A topic deleted since this connection used it stays unknown (`shard::used`).
+    match shard.fetch(&conn.used, fetch).await {
         Ok(plan) => Outcome::Plan(plan),
         Err(failure) => Outcome::Error(errors::from_native(failure.code)),
     }

@@ -162,15 +162,12 @@ async fn start_partition(conn: &Conn, topic: &TopicName, index: i32, records: &[
         batches,
         producers: &producers,
     };
-    // Right before the produce may create the topic, with no await between (`shard::used`).
-    if let Err(failure) = conn.used.check(shard, name) {
-        return Started::Refused(errors::UNKNOWN_TOPIC_OR_PARTITION, failure.message);
-    }
-    match shard.start_produce(name, partition, batches).await {
-        Ok(in_flight) => {
-            conn.used.record(shard, name);
-            Started::InFlight(in_flight)
-        }
+    // A topic deleted since this connection used it is refused there (`shard::used`).
+    match shard
+        .start_produce(&conn.used, name, partition, batches)
+        .await
+    {
+        Ok(in_flight) => Started::InFlight(in_flight),
         Err(Failure { code, message, .. }) => Started::Refused(errors::from_native(code), message),
     }
 }

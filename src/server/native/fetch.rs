@@ -44,13 +44,9 @@ pub(super) async fn plan(
     used: &UsedTopics,
     fetch: Fetch,
 ) -> Result<SendPlan, Failure> {
-    let topic = fetch.topic.clone();
-    // Checked right before the fetch may create the topic: a tailing consumer's next fetch
-    // must not bring back a topic deleted under it.
-    used.check(shard, topic.as_bytes())?;
-    let plan = shard.fetch(fetch).await?;
-    used.record(shard, topic.as_bytes());
-    Ok(plan)
+    // A tailing consumer's next fetch must not bring back a topic deleted under it: the
+    // shard refuses it with this connection's view (`shard::used`).
+    shard.fetch(used, fetch).await
 }
 
 /// Writes a fetch answer: the head from user space, the batches from the segment file.

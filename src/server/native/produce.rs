@@ -17,23 +17,15 @@ pub(super) async fn start(
     partition: u32,
     batches: ProduceBatches<'_>,
 ) -> Pending {
-    // Checked right before the produce may create the topic (see `UsedTopics`).
-    let started = match used.check(shard, topic) {
-        Ok(()) => {
-            shard
-                .start_produce(topic, partition, Batches::Checked(batches))
-                .await
-        }
-        Err(failure) => Err(failure),
-    };
+    // A topic deleted since this connection used it is refused there (`shard::used`).
+    let started = shard
+        .start_produce(used, topic, partition, Batches::Checked(batches))
+        .await;
     match started {
-        Ok(produce) => {
-            used.record(shard, topic);
-            Pending::Produce {
-                correlation_id: tag.1,
-                produce,
-            }
-        }
+        Ok(produce) => Pending::Produce {
+            correlation_id: tag.1,
+            produce,
+        },
         Err(failure) => Pending::Ready(Answer::failed(tag.1, &failure)),
     }
 }
