@@ -207,3 +207,38 @@ fn a_consumer_that_leaves_while_waiting_is_cleaned_up() {
         "log:\n{log}"
     );
 }
+
+/// A v1 producer that sends batches without waiting for each ack (v1 does not forbid it)
+/// gets one ack per batch, in order, each at the offset its batch was stored at: the
+/// session's pipeline starts batches in arrival order and answers them in that order.
+#[test]
+fn pipelined_batches_are_acknowledged_in_order_at_their_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 2, &[]);
+    let mut producer = V1Producer::connect(&broker, "piped", 0);
+    const BATCHES: u64 = 64;
+    let mut all = Vec::new();
+    for i in 0..BATCHES {
+        // Batches of 1, 2 and 3 records, so a reordered ack names a wrong offset.
+        let records = (i % 3 + 1) as u32;
+        all.extend_from_slice(&encode_batch(0, b"", &[i as u8; 16], records));
+    }
+    producer.stream.write_all(&all).unwrap();
+    let mut expected_base = 0u64;
+    for i in 0..BATCHES {
+        let (status, base) = producer.ack();
+        assert_eq!(
+            (status, base),
+            (ACK_STORED, expected_base),
+            "ack {i} of {BATCHES}"
+        );
+        expected_base += i % 3 + 1;
+    }
+    let mut reader = consumer(&broker, "g", "piped", 0);
+    let batches = consume_records(&mut reader, 0, expected_base);
+    assert_eq!(batches.len() as u64, BATCHES);
+    for (i, batch) in batches.iter().enumerate() {
+        let header = BatchHeader::decode(batch, &Limits::default()).unwrap();
+        assert_eq!(record::payload_of(batch, &header), &[i as u8; 16]);
+    }
+}
