@@ -25,6 +25,7 @@ use crate::protocol::record::{BatchHeader, RecordError};
 use crate::server::connection::handshake;
 use crate::server::handoff::Place;
 use crate::server::io::{read_some, write_all};
+use crate::server::native::refusal::code_of;
 use crate::server::read_buf::ReadBuf;
 use crate::server::session::pipeline::{
     self, Framing, Frontend, Inbox, Lost, Outcome, Started, count_error, count_request,
@@ -34,7 +35,7 @@ use crate::shard::calls::Produced;
 use crate::shard::calls::{Fetch, SendPlan};
 use crate::shard::data::{Batches, ProduceInFlight};
 use crate::shard::topics::TopicMeta;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 
 const PRODUCE: RequestKind = RequestKind::HermitProduce;
 const CONSUME: RequestKind = RequestKind::HermitConsume;
@@ -125,8 +126,8 @@ async fn producer(
         Ok(meta) => meta,
         Err(failure) => {
             count_request(&session, PRODUCE);
-            count_error(&session, PRODUCE, failure.code);
-            warn!(topic, error = %failure.message, "HermitMQ producer refused; connection closed");
+            count_error(&session, PRODUCE, code_of(&failure));
+            warn!(topic, error = %failure, "HermitMQ producer refused; connection closed");
             return Ok(());
         }
     };
@@ -174,7 +175,7 @@ enum ProducerPending {
 }
 
 enum ProducerAnswer {
-    Acked(Result<Produced, Failure>),
+    Acked(Result<Produced, ShardError>),
     Refused(ErrorCode),
     Deleted,
 }
@@ -229,8 +230,8 @@ impl Frontend for HermitProducer {
             {
                 Ok(produce) => ProducerPending::Produce(produce),
                 Err(failure) => {
-                    warn!(topic = self.topic, partition = self.partition, error = %failure.message, "HermitMQ append failed; 0xFF sent");
-                    ProducerPending::Refused(failure.code)
+                    warn!(topic = self.topic, partition = self.partition, error = %failure, "HermitMQ append failed; 0xFF sent");
+                    ProducerPending::Refused(code_of(&failure))
                 }
             }
         };
@@ -258,8 +259,8 @@ impl Frontend for HermitProducer {
                 return Outcome::Done;
             }
             ProducerAnswer::Acked(Err(failure)) => {
-                warn!(topic = self.topic, partition = self.partition, error = %failure.message, "HermitMQ append failed; 0xFF sent");
-                failure.code
+                warn!(topic = self.topic, partition = self.partition, error = %failure, "HermitMQ append failed; 0xFF sent");
+                code_of(&failure)
             }
             ProducerAnswer::Refused(code) => code,
             ProducerAnswer::Deleted => {
@@ -299,7 +300,7 @@ fn write_stalled(shard: &Shard, error: io::Error) -> io::Error {
 }
 
 enum Wake {
-    Data(Result<SendPlan, Failure>),
+    Data(Result<SendPlan, ShardError>),
     Disconnected,
 }
 
@@ -324,7 +325,7 @@ async fn consumer(
     let meta = match shard.topic_on_demand(topic.as_bytes()).await {
         Ok(meta) if partition < meta.partitions => meta,
         refused => {
-            let code = refused.map_or_else(|f| f.code, |_| ErrorCode::UnknownPartition);
+            let code = refused.map_or_else(|f| code_of(&f), |_| ErrorCode::UnknownPartition);
             count_request(session, CONSUME);
             count_error(session, CONSUME, code);
             warn!(
@@ -392,18 +393,16 @@ async fn consumer(
                 return Ok(());
             }
             Wake::Data(Ok(plan)) => plan,
-            Wake::Data(Err(Failure {
-                code: crate::protocol::native::ErrorCode::OffsetOutOfRange,
-                range: Some((earliest, latest)),
-                ..
+            Wake::Data(Err(ShardError::OffsetOutOfRange {
+                earliest, latest, ..
             })) => {
                 // Out of range: behind retention, skip to the oldest; past the end, wait there.
                 offset = if offset < earliest { earliest } else { latest };
                 continue;
             }
             Wake::Data(Err(failure)) => {
-                count_error(session, CONSUME, failure.code);
-                warn!(topic, partition, error = %failure.message, "HermitMQ consumer stopped");
+                count_error(session, CONSUME, code_of(&failure));
+                warn!(topic, partition, error = %failure, "HermitMQ consumer stopped");
                 return Ok(());
             }
         };
@@ -460,9 +459,9 @@ async fn commit(session: &Session, buf: &mut ReadBuf, deadline: Instant) -> io::
     {
         Ok(()) => write_all(stream, &[hermit::COMMIT_DONE]).await,
         Err(failure) => {
-            count_error(session, COMMIT, failure.code);
+            count_error(session, COMMIT, code_of(&failure));
             // v1 has no error answer: close without 0x01, so the client sees the failure.
-            warn!(group, topic, partition, error = %failure.message, "HermitMQ commit failed; connection closed");
+            warn!(group, topic, partition, error = %failure, "HermitMQ commit failed; connection closed");
             Ok(())
         }
     }

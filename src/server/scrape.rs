@@ -41,7 +41,7 @@ pub async fn gather(shard: &Rc<Shard>) -> Vec<Option<CoreSnapshot>> {
         Metrics::inc(&shard.metrics.mesh_calls);
         match shard.mesh.start(core, MetricsSnapshot).await {
             Ok(id) => calls.push((core, id)),
-            Err(failure) => warn!(core, error = %failure.message, "cannot ask core for metrics"),
+            Err(failure) => warn!(core, error = %failure, "cannot ask core for metrics"),
         }
     }
     let mut snapshots = vec![None; shard.cores()];
@@ -56,7 +56,7 @@ pub async fn gather(shard: &Rc<Shard>) -> Vec<Option<CoreSnapshot>> {
         match answer {
             Some(Ok(snapshot)) => snapshots[core] = Some(*snapshot),
             Some(Err(failure)) => {
-                warn!(core, error = %failure.message, "core could not report its metrics")
+                warn!(core, error = %failure, "core could not report its metrics")
             }
             None => {
                 // `finish` forgot the call when it was dropped: a late answer is discarded.

@@ -15,11 +15,11 @@ use std::rc::Rc;
 use tracing::{debug, warn};
 
 use crate::protocol::kafka::timestamps::{self, SeekError};
-use crate::protocol::native::{ErrorCode, OffsetSpec};
+use crate::protocol::native::OffsetSpec;
 use crate::protocol::record::{self, BatchFormat};
 use crate::server::sendfile::{open_segment, read_range};
 use crate::shard::calls::Fetch;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 
 /// The offset `spec` names in a partition: as `Shard::list_offsets`, and for a timestamp the
 /// first record at or after it.
@@ -28,7 +28,7 @@ pub async fn list_offsets(
     topic: &[u8],
     partition: u32,
     spec: OffsetSpec,
-) -> Result<u64, Failure> {
+) -> Result<u64, ShardError> {
     let offset = shard.list_offsets(topic, partition, spec).await?;
     let OffsetSpec::Timestamp(at_ns) = spec else {
         return Ok(offset);
@@ -45,8 +45,8 @@ pub async fn list_offsets(
     }
 }
 
-impl From<Failure> for InsideError {
-    fn from(failure: Failure) -> Self {
+impl From<ShardError> for InsideError {
+    fn from(failure: ShardError) -> Self {
         InsideError::Shard(failure)
     }
 }
@@ -54,8 +54,8 @@ impl From<Failure> for InsideError {
 /// Why a batch was not looked inside.
 #[derive(Debug, thiserror::Error)]
 enum InsideError {
-    #[error("{}", .0.message)]
-    Shard(Failure),
+    #[error(transparent)]
+    Shard(ShardError),
     #[error("reading the batch: {0}")]
     Io(#[from] std::io::Error),
     #[error(transparent)]
@@ -69,8 +69,10 @@ async fn within_batch(
     offset: u64,
     at_ns: u64,
 ) -> Result<u64, InsideError> {
-    let topic = std::str::from_utf8(topic)
-        .map_err(|_| Failure::new(ErrorCode::InvalidName, "topic name is not UTF-8"))?;
+    let topic = std::str::from_utf8(topic).map_err(|_| ShardError::InvalidName {
+        what: "topic",
+        reason: "not UTF-8".into(),
+    })?;
     // The plan of the one batch at `offset` (never waits: no long poll), from its owner;
     // straight to the owner, so a topic deleted meanwhile is not created again.
     let call = Fetch {

@@ -12,19 +12,22 @@ use std::rc::Rc;
 use tracing::{info, warn};
 
 use crate::metrics::counters::Metrics;
-use crate::protocol::native::{ErrorCode, TopicSettings};
+use crate::protocol::native::TopicSettings;
 use crate::shard::calls::{
     AlterTopic, CreateTopic, DeleteTopic, DropTopic, ForgetOffsets, OpenPartitions, PublishTopic,
     Run,
 };
 use crate::shard::topics::{self, TopicMeta};
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 
 impl Shard {
     /// The topic a produce or fetch names, created with one partition if it does not exist
     /// (topics are created on demand). The one place where that is decided, for every
     /// protocol.
-    pub async fn topic_on_demand(self: &Rc<Self>, name: &[u8]) -> Result<Rc<TopicMeta>, Failure> {
+    pub async fn topic_on_demand(
+        self: &Rc<Self>,
+        name: &[u8],
+    ) -> Result<Rc<TopicMeta>, ShardError> {
         let name = self.valid_name(name, "topic")?;
         if let Some(meta) = self.topic(name) {
             return Ok(meta);
@@ -35,10 +38,7 @@ impl Shard {
         };
         self.create_via_controller(name, &settings, true).await?;
         self.topic(name).ok_or_else(|| {
-            Failure::new(
-                ErrorCode::Internal,
-                format!("topic {name} was created but is not known here"),
-            )
+            ShardError::internal(format!("topic {name} was created but is not known here"))
         })
     }
 
@@ -51,7 +51,7 @@ impl Shard {
         self: &Rc<Self>,
         used: &crate::shard::used::UsedTopics,
         name: &[u8],
-    ) -> Result<Rc<TopicMeta>, Failure> {
+    ) -> Result<Rc<TopicMeta>, ShardError> {
         used.check(self, name)?;
         let meta = self.topic_on_demand(name).await?;
         used.record(self, name);
@@ -59,7 +59,11 @@ impl Shard {
     }
 
     /// A topic that must exist already, and the partition that must be in it.
-    pub fn known_partition(&self, topic: &str, partition: u32) -> Result<Rc<TopicMeta>, Failure> {
+    pub fn known_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Rc<TopicMeta>, ShardError> {
         let Some(meta) = self.topic(topic) else {
             return Err(self.unknown_topic(topic));
         };
@@ -72,7 +76,7 @@ impl Shard {
         self: &Rc<Self>,
         name: &[u8],
         settings: &TopicSettings,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), ShardError> {
         let name = self.valid_name(name, "topic")?;
         self.create_via_controller(name, settings, false).await
     }
@@ -82,10 +86,10 @@ impl Shard {
         name: &str,
         settings: &TopicSettings,
         if_not_exists: bool,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), ShardError> {
         let mut meta = TopicMeta::from_settings(name, settings, &self.config.log)
-            .map_err(|(code, msg)| Failure::new(code, msg))?;
-        meta.id = topics::new_topic_id().map_err(Failure::from)?;
+            .map_err(ShardError::invalid_config)?;
+        meta.id = topics::new_topic_id().map_err(ShardError::from)?;
         let call = CreateTopic {
             meta,
             if_not_exists,
@@ -93,7 +97,7 @@ impl Shard {
         self.route(self.placement().controller(), call).await
     }
 
-    pub async fn delete_topic(self: &Rc<Self>, name: &[u8]) -> Result<(), Failure> {
+    pub async fn delete_topic(self: &Rc<Self>, name: &[u8]) -> Result<(), ShardError> {
         let name = self.valid_name(name, "topic")?;
         let call = DeleteTopic {
             name: name.to_string(),
@@ -104,7 +108,7 @@ impl Shard {
     /// Changes an existing topic's settings (on any core; forwarded to the controller).
     /// Only what open partitions follow may change: retention and cleanup, which the
     /// background tasks read from the registry at every pass. The caller checks that.
-    pub async fn alter_topic(self: &Rc<Self>, meta: TopicMeta) -> Result<(), Failure> {
+    pub async fn alter_topic(self: &Rc<Self>, meta: TopicMeta) -> Result<(), ShardError> {
         self.route(self.placement().controller(), AlterTopic { meta })
             .await
     }
@@ -113,22 +117,22 @@ impl Shard {
     pub(crate) async fn broadcast<C: Run<Reply = ()>>(
         self: &Rc<Self>,
         make: impl Fn() -> C,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), ShardError> {
         for place in self.local_places() {
             self.route(place, make()).await?;
         }
         Ok(())
     }
 
-    pub(crate) async fn controller_permit(&self) -> Result<glommio::sync::Permit<'_>, Failure> {
+    pub(crate) async fn controller_permit(&self) -> Result<glommio::sync::Permit<'_>, ShardError> {
         assert_eq!(self.here(), self.placement().controller());
         self.controller_lock
             .acquire_permit(1)
             .await
-            .map_err(|e| Failure::new(ErrorCode::Internal, e.to_string()))
+            .map_err(|e| ShardError::internal(e.to_string()))
     }
 
-    async fn create_on_controller(self: &Rc<Self>, call: CreateTopic) -> Result<(), Failure> {
+    async fn create_on_controller(self: &Rc<Self>, call: CreateTopic) -> Result<(), ShardError> {
         let CreateTopic {
             meta,
             if_not_exists,
@@ -138,22 +142,17 @@ impl Shard {
             return if if_not_exists {
                 Ok(())
             } else {
-                Err(Failure::new(
-                    ErrorCode::TopicExists,
-                    format!("topic {} exists", meta.name),
-                ))
+                Err(ShardError::TopicExists {
+                    topic: meta.name.clone(),
+                })
             };
         }
         if self.topic_count() >= self.config.topics_max {
             Metrics::inc(&self.metrics.topic_limit_hits);
             warn!(topic = %meta.name, limit = self.config.topics_max, "topic limit reached");
-            return Err(Failure::new(
-                ErrorCode::TopicLimit,
-                format!(
-                    "the broker holds its maximum of {} topics",
-                    self.config.topics_max
-                ),
-            ));
+            return Err(ShardError::TopicLimit {
+                max: self.config.topics_max,
+            });
         }
         // Several fsyncs: on the blocking thread, so that a client creating topics in a
         // loop does not stall every other connection of this core.
@@ -167,7 +166,7 @@ impl Shard {
                 self.broadcast(|| OpenPartitions { meta: meta.clone() })
                     .await
             }
-            Err(error) => Err(Failure::from(error)),
+            Err(error) => Err(ShardError::from(error)),
         };
         if let Err(failure) = opened {
             self.roll_back_create(&meta.name, &failure).await;
@@ -181,14 +180,14 @@ impl Shard {
 
     /// Undoes a creation that failed before its publish round: every core drops what it
     /// opened, and `topic.meta` (with the topic's directory) is removed durably.
-    async fn roll_back_create(self: &Rc<Self>, name: &str, failure: &Failure) {
-        warn!(topic = %name, error = %failure.message, "topic creation failed; rolling it back");
+    async fn roll_back_create(self: &Rc<Self>, name: &str, failure: &ShardError) {
+        warn!(topic = %name, error = %failure, "topic creation failed; rolling it back");
         for place in self.local_places() {
             let call = DropTopic {
                 name: name.to_string(),
             };
             if let Err(error) = self.route(place, call).await {
-                warn!(topic = %name, %place, error = %error.message, "core could not drop a topic being rolled back");
+                warn!(topic = %name, %place, error = %error, "core could not drop a topic being rolled back");
             }
         }
         let (data_dir, removed) = (self.config.data_dir.clone(), name.to_string());
@@ -200,19 +199,16 @@ impl Shard {
         }
     }
 
-    async fn alter_on_controller(self: &Rc<Self>, meta: TopicMeta) -> Result<(), Failure> {
+    async fn alter_on_controller(self: &Rc<Self>, meta: TopicMeta) -> Result<(), ShardError> {
         let _lock = self.controller_permit().await?;
         let Some(old) = self.topic(&meta.name) else {
             return Err(self.unknown_topic(&meta.name));
         };
         if old.partitions != meta.partitions || old.id != meta.id {
-            return Err(Failure::new(
-                ErrorCode::InvalidConfig,
-                format!(
-                    "topic {} changed while its settings were altered",
-                    meta.name
-                ),
-            ));
+            return Err(ShardError::invalid_config(format!(
+                "topic {} changed while its settings were altered",
+                meta.name
+            )));
         }
         // Durable before any core uses it: a crash after the answer keeps the new
         // settings (the file is replaced by a rename, never half written).
@@ -224,15 +220,15 @@ impl Shard {
     }
 
     /// Writes `topic.meta` durably, on the blocking thread (several fsyncs).
-    pub(crate) async fn persist_meta(&self, meta: &TopicMeta) -> Result<(), Failure> {
+    pub(crate) async fn persist_meta(&self, meta: &TopicMeta) -> Result<(), ShardError> {
         let (persisted, data_dir) = (meta.clone(), self.config.data_dir.clone());
         glommio::executor()
             .spawn_blocking(move || persisted.persist(&data_dir))
             .await
-            .map_err(Failure::from)
+            .map_err(ShardError::from)
     }
 
-    async fn delete_on_controller(self: &Rc<Self>, name: &str) -> Result<(), Failure> {
+    async fn delete_on_controller(self: &Rc<Self>, name: &str) -> Result<(), ShardError> {
         let _lock = self.controller_permit().await?;
         if self.topic(name).is_none() {
             return Err(self.unknown_topic(name));
@@ -255,69 +251,67 @@ impl Shard {
         glommio::executor()
             .spawn_blocking(move || topics::remove_topic_dir(&data_dir, &removed))
             .await
-            .map_err(Failure::from)?;
+            .map_err(ShardError::from)?;
         info!(topic = %name, offsets, "topic deleted, with its groups' committed offsets");
         Ok(())
     }
 }
 
 /// `partition` must be one of `meta`'s.
-pub fn check_partition(meta: &TopicMeta, partition: u32) -> Result<(), Failure> {
+pub fn check_partition(meta: &TopicMeta, partition: u32) -> Result<(), ShardError> {
     if partition < meta.partitions {
         return Ok(());
     }
-    Err(Failure::new(
-        ErrorCode::UnknownPartition,
-        format!(
-            "topic {} has {} partitions; {partition} does not exist",
-            meta.name, meta.partitions
-        ),
-    ))
+    Err(ShardError::UnknownPartition {
+        topic: meta.name.clone(),
+        partition,
+        partitions: meta.partitions,
+    })
 }
 
 impl Run for CreateTopic {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         // Boxed: the controller's rounds route further calls from inside this one.
         Box::pin(shard.create_on_controller(self)).await
     }
 }
 
 impl Run for DeleteTopic {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         Box::pin(shard.delete_on_controller(&self.name)).await
     }
 }
 
 impl Run for AlterTopic {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         Box::pin(shard.alter_on_controller(self.meta)).await
     }
 }
 
 impl Run for OpenPartitions {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         shard
             .open_partitions(&self.meta)
             .await
-            .map_err(Failure::from)
+            .map_err(ShardError::from)
     }
 }
 
 impl Run for PublishTopic {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         shard.publish_topic(self.meta);
         Ok(())
     }
 }
 
 impl Run for ForgetOffsets {
-    async fn run(self, shard: &Rc<Shard>) -> Result<usize, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<usize, ShardError> {
         shard.offsets.forget_topic(&self.topic).await
     }
 }
 
 impl Run for DropTopic {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         shard.drop_topic(&self.name);
         // Its groups' offsets go with it (in this core's offsets shards): a topic made
         // again under the name starts with no group positions.

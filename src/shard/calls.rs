@@ -11,10 +11,10 @@ use std::rc::Rc;
 use bytes::Bytes;
 
 use crate::metrics::snapshot::CoreSnapshot;
-use crate::protocol::native::{ErrorCode, OffsetSpec};
+use crate::protocol::native::OffsetSpec;
 use crate::shard::coordinator::calls::*;
 use crate::shard::topics::TopicMeta;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 use crate::storage::CompactionOutcome;
 
 /// A call that can cross the mesh: what it answers with, and how it travels.
@@ -26,13 +26,13 @@ pub trait MeshCall: Sized {
     fn from_call(call: Call) -> Option<Self>;
     /// The reply in an answer to this call. The answer's variant is made from the call's
     /// own by [`dispatch`]; another variant cannot happen, and is an internal error.
-    fn reply(answer: Answer) -> Result<Self::Reply, Failure>;
+    fn reply(answer: Answer) -> Result<Self::Reply, ShardError>;
 }
 
 /// Runs a call on the core that owns its data.
 #[allow(async_fn_in_trait)] // used inside the crate only, on one thread
 pub trait Run: MeshCall {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Self::Reply, Failure>;
+    async fn run(self, shard: &Rc<Shard>) -> Result<Self::Reply, ShardError>;
 }
 
 macro_rules! mesh_calls {
@@ -46,7 +46,7 @@ macro_rules! mesh_calls {
         /// The answer to a [`Call`]: the same variant, carrying the call's reply.
         #[derive(Debug)]
         pub enum Answer {
-            $($name(Result<$reply, Failure>),)+
+            $($name(Result<$reply, ShardError>),)+
         }
 
         $(
@@ -62,7 +62,7 @@ macro_rules! mesh_calls {
                         _ => None,
                     }
                 }
-                fn reply(answer: Answer) -> Result<$reply, Failure> {
+                fn reply(answer: Answer) -> Result<$reply, ShardError> {
                     match answer {
                         Answer::$name(reply) => reply,
                         #[allow(unreachable_patterns)]
@@ -90,12 +90,9 @@ macro_rules! mesh_calls {
     };
 }
 
-fn mismatch(call: &str, answer: &Answer) -> Failure {
+fn mismatch(call: &str, answer: &Answer) -> ShardError {
     tracing::error!(call, ?answer, "mesh answer of another kind than its call");
-    Failure::new(
-        ErrorCode::Internal,
-        format!("{call} answered with {answer:?}"),
-    )
+    ShardError::internal(format!("{call} answered with {answer:?}"))
 }
 
 /// The reply to a produce: the request's offsets.
@@ -317,7 +314,7 @@ mesh_calls! {
     GroupJoin -> JoinAnswer;
     GroupSync -> Synced;
     GroupHeartbeat -> ();
-    GroupLeave -> Vec<Result<(), Failure>>;
+    GroupLeave -> Vec<Result<(), ShardError>>;
     GroupDescribe -> Option<GroupView>;
     GroupList -> Vec<GroupListing>;
     GroupForget -> bool;

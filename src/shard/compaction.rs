@@ -15,10 +15,9 @@ use std::time::Duration;
 use tracing::{info, warn};
 
 use crate::metrics::counters::Metrics;
-use crate::protocol::native::ErrorCode;
 use crate::shard::calls::{Compact, Run};
 use crate::shard::topics::Cleanup;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 use crate::storage::{CompactionOutcome, PartitionLog};
 
 /// How often the background task looks for partitions to compact.
@@ -31,28 +30,23 @@ impl Shard {
         self: &Rc<Self>,
         topic: &[u8],
         partition: u32,
-    ) -> Result<CompactionOutcome, Failure> {
+    ) -> Result<CompactionOutcome, ShardError> {
         let topic = self.valid_name(topic, "topic")?;
         // No topic is created on demand for this: compacting a typo should fail.
         let Some(meta) = self.topic(topic) else {
             return Err(self.unknown_topic(topic));
         };
         if partition >= meta.partitions {
-            return Err(Failure::new(
-                ErrorCode::UnknownPartition,
-                format!(
-                    "topic {topic} has {} partitions; {partition} does not exist",
-                    meta.partitions
-                ),
-            ));
+            return Err(ShardError::UnknownPartition {
+                topic: topic.to_string(),
+                partition,
+                partitions: meta.partitions,
+            });
         }
         if meta.cleanup != Cleanup::Compact {
-            return Err(Failure::new(
-                ErrorCode::InvalidConfig,
-                format!(
-                    "topic {topic} has cleanup = delete; only cleanup = compact topics are compacted"
-                ),
-            ));
+            return Err(ShardError::invalid_config(format!(
+                "topic {topic} has cleanup = delete; only cleanup = compact topics are compacted"
+            )));
         }
         let call = Compact {
             topic: topic.to_string(),
@@ -67,7 +61,7 @@ impl Shard {
         &self,
         topic: &str,
         partition: u32,
-    ) -> Result<CompactionOutcome, Failure> {
+    ) -> Result<CompactionOutcome, ShardError> {
         let log = self.owned_log(topic, partition)?;
         self.run_pass(&log, topic, partition, "requested").await
     }
@@ -78,7 +72,7 @@ impl Shard {
         topic: &str,
         partition: u32,
         why: &'static str,
-    ) -> Result<CompactionOutcome, Failure> {
+    ) -> Result<CompactionOutcome, ShardError> {
         let dirty_ratio = log.dirty_ratio();
         match log.compact(&self.config.compaction.limits).await {
             Ok(outcome) => {
@@ -107,7 +101,7 @@ impl Shard {
             Err(error) => {
                 Metrics::inc(&self.metrics.compaction_failures);
                 warn!(topic, partition, why, %error, "compaction pass failed; the segments are as they were");
-                Err(Failure::from(error))
+                Err(ShardError::from(error))
             }
         }
     }
@@ -155,7 +149,7 @@ pub async fn background_compaction(shard: Rc<Shard>) {
 }
 
 impl Run for Compact {
-    async fn run(self, shard: &Rc<Shard>) -> Result<CompactionOutcome, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<CompactionOutcome, ShardError> {
         shard.compact_local(&self.topic, self.partition).await
     }
 }

@@ -17,7 +17,7 @@ use futures_lite::FutureExt;
 use tracing::warn;
 
 use crate::metrics::counters::Metrics;
-use crate::protocol::native::{ErrorCode, OffsetSpec, ProduceBatches};
+use crate::protocol::native::{OffsetSpec, ProduceBatches};
 use crate::protocol::record;
 use crate::shard::admin::check_partition;
 use crate::shard::calls::{
@@ -29,7 +29,7 @@ use crate::shard::placement::Place;
 use crate::shard::staging::{stage_all, stage_one};
 use crate::shard::topics::TopicMeta;
 use crate::shard::used::UsedTopics;
-use crate::shard::{Failure, Hop, Shard};
+use crate::shard::{Hop, Shard, ShardError};
 use crate::storage::{PartitionLog, StorageError, Ticket};
 
 /// Partitions asked of one place, and where each goes in the answer.
@@ -118,7 +118,7 @@ impl Shard {
         topic: &[u8],
         partition: u32,
         batches: Batches<'_>,
-    ) -> Result<ProduceInFlight, Failure> {
+    ) -> Result<ProduceInFlight, ShardError> {
         let started = Instant::now();
         let meta = self.topic_used(used, topic).await?;
         check_partition(&meta, partition)?;
@@ -128,10 +128,9 @@ impl Shard {
         };
         let Some(core) = core else {
             let Some(log) = self.local_log(&meta.name, partition) else {
-                return Err(Failure::new(
-                    ErrorCode::UnknownTopic,
-                    format!("topic {} is being deleted", meta.name),
-                ));
+                return Err(ShardError::TopicBeingDeleted {
+                    topic: meta.name.clone(),
+                });
             };
             let mut settle = None;
             let (base_offset, last) = match batches {
@@ -214,7 +213,7 @@ impl Shard {
     }
 
     /// Waits until a started produce is acknowledged (durable under `fsync = always`).
-    pub async fn finish_produce(&self, produce: ProduceInFlight) -> Result<Produced, Failure> {
+    pub async fn finish_produce(&self, produce: ProduceInFlight) -> Result<Produced, ShardError> {
         let produced = match produce.state {
             InFlightState::Local {
                 log,
@@ -245,7 +244,7 @@ impl Shard {
         topic: &[u8],
         partition: u32,
         batches: Batches<'_>,
-    ) -> Result<Produced, Failure> {
+    ) -> Result<Produced, ShardError> {
         let started = self.start_produce(used, topic, partition, batches).await?;
         self.finish_produce(started).await
     }
@@ -257,7 +256,7 @@ impl Shard {
         self: &Rc<Self>,
         used: &UsedTopics,
         fetch: Fetch,
-    ) -> Result<SendPlan, Failure> {
+    ) -> Result<SendPlan, ShardError> {
         let meta = self.topic_used(used, fetch.topic.as_bytes()).await?;
         check_partition(&meta, fetch.partition)?;
         let owner = self.placement().owner(&meta.name, fetch.partition);
@@ -270,7 +269,7 @@ impl Shard {
         topic: &[u8],
         partition: u32,
         spec: OffsetSpec,
-    ) -> Result<u64, Failure> {
+    ) -> Result<u64, ShardError> {
         let topic = self.valid_name(topic, "topic")?.to_string();
         let owner = self.placement().owner(&topic, partition);
         let call = ListOffsets {
@@ -286,7 +285,7 @@ impl Shard {
         self: &Rc<Self>,
         topic: &str,
         partition: u32,
-    ) -> Result<PartitionState, Failure> {
+    ) -> Result<PartitionState, ShardError> {
         let owner = self.placement().owner(topic, partition);
         let call = PartitionStates {
             partitions: vec![(topic.to_string(), partition)],
@@ -329,7 +328,7 @@ impl Shard {
                         out[at] = state;
                     }
                 }
-                Err(failure) => warn!(error = %failure.message, "partition states not answered"),
+                Err(failure) => warn!(error = %failure, "partition states not answered"),
             }
         }
         out
@@ -387,7 +386,7 @@ impl Shard {
         offset: u64,
         max_bytes: u32,
         max_wait_ms: u32,
-    ) -> Result<SendPlan, Failure> {
+    ) -> Result<SendPlan, ShardError> {
         let log = self.owned_log(topic, partition)?;
         let wait = Duration::from_millis(max_wait_ms.into()).min(self.config.fetch_wait_max);
         let deadline = Instant::now() + wait;
@@ -445,7 +444,7 @@ impl Shard {
 }
 
 impl Run for Produce {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Produced, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Produced, ShardError> {
         let (log, base_offset, last, settle) = shard.stage_produce(&self).await?;
         let committed = log.commit(last).await;
         if let Some(settle) = settle {
@@ -464,7 +463,7 @@ impl Shard {
     pub(crate) async fn stage_produce(
         &self,
         produce: &Produce,
-    ) -> Result<(Rc<PartitionLog>, u64, Ticket, Option<Settle>), Failure> {
+    ) -> Result<(Rc<PartitionLog>, u64, Ticket, Option<Settle>), ShardError> {
         let log = self.owned_log(&produce.topic, produce.partition)?;
         let limits = self.config.log.limits;
         let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
@@ -487,7 +486,7 @@ impl Shard {
 }
 
 impl Run for Fetch {
-    async fn run(self, shard: &Rc<Shard>) -> Result<SendPlan, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<SendPlan, ShardError> {
         shard
             .fetch_local(
                 &self.topic,
@@ -501,7 +500,7 @@ impl Run for Fetch {
 }
 
 impl Run for ListOffsets {
-    async fn run(self, shard: &Rc<Shard>) -> Result<u64, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<u64, ShardError> {
         let log = shard.owned_log(&self.topic, self.partition)?;
         Ok(match self.spec {
             OffsetSpec::Earliest => log.log_start_offset(),
@@ -514,7 +513,7 @@ impl Run for ListOffsets {
 }
 
 impl Run for PartitionStates {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<Option<PartitionState>>, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<Option<PartitionState>>, ShardError> {
         Ok(self
             .partitions
             .iter()

@@ -3,9 +3,8 @@
 
 use std::rc::Rc;
 
-use crate::protocol::native::ErrorCode;
 use crate::shard::calls::{CommitOffset, FetchOffset, GroupOffset, GroupOffsets, Run};
-use crate::shard::{Failure, Shard, offsets};
+use crate::shard::{Shard, ShardError, offsets};
 
 /// One partition of a described group.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,16 +33,14 @@ impl Shard {
         topic: &[u8],
         partition: u32,
         offset: u64,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), ShardError> {
         let name = self.valid_name(group, "group")?;
-        self.check_commit(name, "", -1).await.map_err(|_| {
-            Failure::new(
-                ErrorCode::GroupNotEmpty,
-                format!(
-                    "group {name} has members: only they commit its offsets, each for its generation"
-                ),
-            )
-        })?;
+        self.check_commit(name, "", -1)
+            .await
+            .map_err(|_| ShardError::GroupNotEmpty {
+                group: name.to_string(),
+                reason: "only they commit its offsets, each for its generation",
+            })?;
         self.store_offset(group, topic, partition, offset, String::new())
             .await
     }
@@ -56,7 +53,7 @@ impl Shard {
         partition: u32,
         offset: u64,
         metadata: String,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), ShardError> {
         let key = self.offsets_key(group, topic, partition)?;
         let owner = self.placement().offsets_owner(offsets::shard_of(&key));
         let call = CommitOffset {
@@ -73,7 +70,7 @@ impl Shard {
         group: &[u8],
         topic: &[u8],
         partition: u32,
-    ) -> Result<Option<u64>, Failure> {
+    ) -> Result<Option<u64>, ShardError> {
         let committed = self.fetch_committed(group, topic, partition).await?;
         Ok(committed.map(|(offset, _)| offset))
     }
@@ -84,7 +81,7 @@ impl Shard {
         group: &[u8],
         topic: &[u8],
         partition: u32,
-    ) -> Result<Option<(u64, String)>, Failure> {
+    ) -> Result<Option<(u64, String)>, ShardError> {
         let key = self.offsets_key(group, topic, partition)?;
         let owner = self.placement().offsets_owner(offsets::shard_of(&key));
         self.route(owner, FetchOffset { key }).await
@@ -94,7 +91,7 @@ impl Shard {
     pub async fn group_offsets(
         self: &Rc<Self>,
         group: Option<&str>,
-    ) -> Result<Vec<GroupOffset>, Failure> {
+    ) -> Result<Vec<GroupOffset>, ShardError> {
         let calls = self
             .local_places()
             .into_iter()
@@ -114,7 +111,7 @@ impl Shard {
     }
 
     /// The groups that have committed offsets, sorted.
-    pub async fn list_groups(self: &Rc<Self>) -> Result<Vec<String>, Failure> {
+    pub async fn list_groups(self: &Rc<Self>) -> Result<Vec<String>, ShardError> {
         let mut groups: Vec<String> = self
             .group_offsets(None)
             .await?
@@ -130,14 +127,14 @@ impl Shard {
     pub async fn describe_group(
         self: &Rc<Self>,
         group: &[u8],
-    ) -> Result<Vec<GroupPartition>, Failure> {
+    ) -> Result<Vec<GroupPartition>, ShardError> {
         let group = self.valid_name(group, "group")?;
         let entries = self.group_offsets(Some(group)).await?;
         if entries.is_empty() {
-            return Err(Failure::new(
-                ErrorCode::UnknownGroup,
-                format!("group {group} has no committed offsets"),
-            ));
+            return Err(ShardError::UnknownGroup {
+                group: group.to_string(),
+                reason: "has no committed offsets",
+            });
         }
         let asked: Vec<(String, u32)> = entries
             .iter()
@@ -160,7 +157,7 @@ impl Shard {
 }
 
 impl Run for CommitOffset {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         shard
             .offsets
             .commit(self.key, self.offset, self.metadata)
@@ -169,14 +166,14 @@ impl Run for CommitOffset {
 }
 
 impl Run for FetchOffset {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Option<(u64, String)>, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Option<(u64, String)>, ShardError> {
         let committed = shard.offsets.fetch(&self.key).await?;
         Ok(committed.map(|c| (c.offset, c.metadata)))
     }
 }
 
 impl Run for GroupOffsets {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<GroupOffset>, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<GroupOffset>, ShardError> {
         Ok(shard
             .offsets
             .entries(self.group.as_deref())

@@ -20,7 +20,7 @@ use tracing::debug;
 use crate::metrics::counters::Metrics;
 use crate::shard::calls::{Adoption, HandOff, Run};
 use crate::shard::placement::Place;
-use crate::shard::{Failure, Hop, Shard};
+use crate::shard::{Hop, Shard, ShardError};
 
 /// What a core does with a connection handed to it: the server registers this when it
 /// starts serving ([`Shard::adopt_connections_with`]).
@@ -76,7 +76,7 @@ impl Shard {
             Err((connection, failure)) => {
                 return HandedOff::Kept {
                     connection,
-                    reason: failure.message,
+                    reason: failure.to_string(),
                 };
             }
         };
@@ -93,7 +93,7 @@ impl Shard {
                 reason: reason.to_string(),
             },
             Some(Err(failure)) => {
-                debug!(%owner, error = %failure.message, "hand-off answered with an error");
+                debug!(%owner, error = %failure, "hand-off answered with an error");
                 HandedOff::Unknown
             }
             None => HandedOff::Unknown,
@@ -102,7 +102,7 @@ impl Shard {
 }
 
 impl Run for HandOff {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Adoption, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Adoption, ShardError> {
         if shard.shutdown.is_requested() {
             return Ok(Adoption::Refused {
                 connection: self,

@@ -28,11 +28,11 @@ use tracing::{info, warn};
 
 use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::batch;
-use crate::protocol::native::{ErrorCode, ProduceBatches};
+use crate::protocol::native::ProduceBatches;
 use crate::protocol::record::{self, BatchFormat};
 use crate::shard::producers::{ProducerBatch, ProducerTable, SequenceError, Settlement, Verdict};
 use crate::shard::staging::stage_kafka_admitted;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 use crate::storage::index::IndexEntry;
 use crate::storage::{PartitionLog, StorageError, Ticket};
 
@@ -121,13 +121,13 @@ impl Shard {
         partition: u32,
         batches: ProduceBatches<'_>,
         producers: &[IdempotentBatch],
-    ) -> Result<(u64, Ticket, Settle), Failure> {
+    ) -> Result<(u64, Ticket, Settle), ShardError> {
         let state = self.producer_partition(topic, partition);
         let _held = state
             .lock
             .acquire_permit(1)
             .await
-            .map_err(|_| Failure::new(ErrorCode::ShuttingDown, "producer table closed"))?;
+            .map_err(|_| ShardError::shutting_down("producer table closed"))?;
         if state.table.borrow().is_none() {
             let table = rebuild(log, &self.metrics).await;
             *state.table.borrow_mut() = Some(table);
@@ -163,10 +163,11 @@ impl Shard {
             Verdict::Append => Ok(()),
             Verdict::Duplicate { .. } => {
                 debug_assert!(false, "a retry appeared under the partition's lock");
-                Err(Failure::new(
-                    ErrorCode::OutOfOrderSequence,
-                    "the batch became a retry while it was staged",
-                ))
+                // Answered as an out-of-order batch, which the producer resolves itself.
+                Err(ShardError::Sequence(SequenceError::RepeatInRun {
+                    producer_id: producers[0].producer.producer_id,
+                    index: 0,
+                }))
             }
         };
         let (base_offset, last) = stage_kafka_admitted(log, batches, &self.metrics, admit).await?;
@@ -196,15 +197,8 @@ impl Shard {
     }
 }
 
-fn sequence_failure(e: SequenceError) -> Failure {
-    let code = match e {
-        SequenceError::OutOfOrder { .. } | SequenceError::RepeatInRun { .. } => {
-            ErrorCode::OutOfOrderSequence
-        }
-        SequenceError::Fenced { .. } => ErrorCode::ProducerFenced,
-        SequenceError::Full { .. } => ErrorCode::ProducerLimit,
-    };
-    Failure::new(code, e.to_string())
+fn sequence_failure(e: SequenceError) -> ShardError {
+    ShardError::Sequence(e)
 }
 
 /// The table as the log's last two segments leave it: every stored Kafka batch with a

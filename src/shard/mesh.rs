@@ -16,8 +16,7 @@ use std::task::{Poll, Waker};
 use glommio::channels::channel_mesh::Senders;
 use glommio::{GlommioError, ResourceType};
 
-use crate::protocol::native::ErrorCode;
-use crate::shard::Failure;
+use crate::shard::ShardError;
 pub use crate::shard::calls::{Answer, Call, MeshCall, SendPlan};
 
 /// Capacity of each mesh channel; glommio stalls badly with small ones (issue 555).
@@ -71,7 +70,7 @@ impl Mesh {
     }
 
     /// Sends `call` to core `to` and waits for its reply.
-    pub async fn call<C: MeshCall>(&self, to: usize, call: C) -> Result<C::Reply, Failure> {
+    pub async fn call<C: MeshCall>(&self, to: usize, call: C) -> Result<C::Reply, ShardError> {
         let in_flight = self.start(to, call).await?;
         self.finish(in_flight).await
     }
@@ -79,22 +78,16 @@ impl Mesh {
     /// Sends `call` to core `to` now; the reply is collected with [`Mesh::finish`] (or
     /// dropped with [`Mesh::forget`]). Splitting the two lets a connection send calls in
     /// request order and collect answers later, keeping several in flight.
-    pub async fn start<C: MeshCall>(&self, to: usize, call: C) -> Result<InFlight<C>, Failure> {
+    pub async fn start<C: MeshCall>(&self, to: usize, call: C) -> Result<InFlight<C>, ShardError> {
         assert_ne!(to, self.core, "local calls are handled inline");
         let Some(senders) = &self.senders else {
-            return Err(Failure::new(
-                ErrorCode::Internal,
-                "no mesh on a single core",
-            ));
+            return Err(ShardError::internal("no mesh on a single core"));
         };
         // Made before the send's await: a caller dropped while the send waits for room in
         // the channel drops it, and with it the slot.
         let (in_flight, envelope) = self.reserve(call);
         if senders.send_to(to, envelope).await.is_err() {
-            return Err(Failure::new(
-                ErrorCode::ShuttingDown,
-                format!("core {to} is gone"),
-            ));
+            return Err(ShardError::shutting_down(format!("core {to} is gone")));
         }
         Ok(in_flight)
     }
@@ -119,10 +112,14 @@ impl Mesh {
 
     /// Sends `call` to core `to` if its channel has room now; otherwise gives the call back
     /// (the channel is full, or the peer is gone) with the reason, without waiting.
-    pub fn try_start<C: MeshCall>(&self, to: usize, call: C) -> Result<InFlight<C>, (C, Failure)> {
+    pub fn try_start<C: MeshCall>(
+        &self,
+        to: usize,
+        call: C,
+    ) -> Result<InFlight<C>, (C, ShardError)> {
         assert_ne!(to, self.core, "local calls are handled inline");
         let Some(senders) = self.senders.as_ref().filter(|s| to < s.nr_consumers()) else {
-            let failure = Failure::new(ErrorCode::Internal, format!("no core {to} in the mesh"));
+            let failure = ShardError::internal(format!("no core {to} in the mesh"));
             return Err((call, failure));
         };
         let (in_flight, envelope) = self.reserve(call);
@@ -132,11 +129,11 @@ impl Mesh {
             Ok(()) => return Ok(in_flight),
             Err(GlommioError::WouldBlock(ResourceType::Channel(envelope))) => {
                 let failure = format!("the channel to core {to} is full");
-                (envelope, Failure::new(ErrorCode::Internal, failure))
+                (envelope, ShardError::internal(failure))
             }
             Err(GlommioError::Closed(ResourceType::Channel(envelope))) => {
                 let failure = format!("core {to} is gone");
-                (envelope, Failure::new(ErrorCode::ShuttingDown, failure))
+                (envelope, ShardError::shutting_down(failure))
             }
             Err(other) => unreachable!("a send to core {to} failed without its envelope: {other}"),
         };
@@ -150,7 +147,10 @@ impl Mesh {
     }
 
     /// Waits for the reply to a call in flight.
-    pub async fn finish<C: MeshCall>(&self, in_flight: InFlight<C>) -> Result<C::Reply, Failure> {
+    pub async fn finish<C: MeshCall>(
+        &self,
+        in_flight: InFlight<C>,
+    ) -> Result<C::Reply, ShardError> {
         let id = in_flight.id;
         let answer = poll_fn(|cx| {
             let mut slots = self.slots.borrow_mut();
@@ -169,7 +169,7 @@ impl Mesh {
         drop(in_flight);
         match answer {
             Some(answer) => C::reply(answer),
-            None => Err(Failure::new(ErrorCode::Internal, "answer slot vanished")),
+            None => Err(ShardError::internal("answer slot vanished")),
         }
     }
 
@@ -284,7 +284,7 @@ mod tests {
                     panic!("the channel is full")
                 };
                 assert_eq!((back.topic.as_str(), back.partition), ("t", 0));
-                assert!(why.message.contains("full"), "{why:?}");
+                assert!(why.to_string().contains("full"), "{why:?}");
                 assert_eq!(mesh.calls_waiting(), CAPACITY);
                 // Sent, not answered, given up: their slots go too, and a late answer to
                 // one of them is dropped.

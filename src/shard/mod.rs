@@ -29,6 +29,7 @@ pub mod calls;
 pub mod compaction;
 pub mod coordinator;
 pub mod data;
+pub mod error;
 pub mod groups;
 pub mod handoff;
 pub mod idempotence;
@@ -54,75 +55,13 @@ use tracing::{info, warn};
 use crate::config::BrokerConfig;
 use crate::limits::validate_name;
 use crate::metrics::counters::Metrics;
-use crate::protocol::native::ErrorCode;
 use crate::shard::calls::Run;
+pub use crate::shard::error::ShardError;
 use crate::shard::mesh::Mesh;
 use crate::shard::placement::{CoreId, NotHere, OneNode, Place, Placement};
 use crate::shard::topics::TopicMeta;
 use crate::storage::{PartitionLog, StorageError};
 use crate::watch::Watch;
-
-/// An error answer: a code for the client, a message for humans, and for
-/// `OffsetOutOfRange` the range that is there.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Failure {
-    pub code: ErrorCode,
-    pub message: String,
-    pub range: Option<(u64, u64)>,
-}
-
-impl Failure {
-    pub fn new(code: ErrorCode, message: impl Into<String>) -> Failure {
-        Failure {
-            code,
-            message: message.into(),
-            range: None,
-        }
-    }
-}
-
-impl From<StorageError> for Failure {
-    fn from(e: StorageError) -> Failure {
-        let code = match &e {
-            StorageError::BadBatch(record) => record.into(),
-            StorageError::BatchLength { .. } => ErrorCode::Malformed,
-            StorageError::OffsetOutOfRange {
-                earliest, latest, ..
-            } => {
-                return Failure {
-                    code: ErrorCode::OffsetOutOfRange,
-                    message: e.to_string(),
-                    range: Some((*earliest, *latest)),
-                };
-            }
-            StorageError::Fenced { .. } => ErrorCode::Fenced,
-            StorageError::Corrupt {
-                offset,
-                next_offset,
-            } => {
-                // The damaged batch's offsets, so a consumer knows what it would skip.
-                return Failure {
-                    code: ErrorCode::CorruptData,
-                    message: e.to_string(),
-                    range: Some((*offset, *next_offset)),
-                };
-            }
-            StorageError::Closed => ErrorCode::ShuttingDown,
-            StorageError::Config { .. } => ErrorCode::InvalidConfig,
-            _ if kind_of(&e) == Some(std::io::ErrorKind::StorageFull) => ErrorCode::StorageFull,
-            _ => ErrorCode::StorageError,
-        };
-        Failure::new(code, e.to_string())
-    }
-}
-
-fn kind_of(e: &StorageError) -> Option<std::io::ErrorKind> {
-    match e {
-        StorageError::WriteFailed { kind } => Some(*kind),
-        StorageError::Io { source, .. } => Some(source.kind()),
-        _ => None,
-    }
-}
 
 /// How this core reaches a place of its node ([`Shard::hop`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,7 +341,7 @@ impl Shard {
         self: &Rc<Self>,
         place: Place,
         call: C,
-    ) -> Result<C::Reply, Failure> {
+    ) -> Result<C::Reply, ShardError> {
         match self.hop(place)? {
             Hop::Here => call.run(self).await,
             Hop::Core(core) => {
@@ -417,7 +356,7 @@ impl Shard {
     pub async fn on_places<C: Run>(
         self: &Rc<Self>,
         calls: Vec<(Place, C)>,
-    ) -> Vec<Result<C::Reply, Failure>> {
+    ) -> Vec<Result<C::Reply, ShardError>> {
         let mut started = Vec::with_capacity(calls.len());
         let mut local = None;
         for (at, (place, call)) in calls.into_iter().enumerate() {
@@ -454,46 +393,51 @@ impl Shard {
     /// `UnknownTopic` for a name this core has no topic of; it says "was deleted" when this
     /// core deleted one of that name, which a client that used the topic (a fetch racing
     /// the deletion on its way to the owner, say) is better told.
-    pub(crate) fn unknown_topic(&self, topic: &str) -> Failure {
-        let message = if self.deleted_topics.remembers(topic) {
-            format!("topic {topic} was deleted")
+    pub(crate) fn unknown_topic(&self, topic: &str) -> ShardError {
+        let topic = topic.to_string();
+        if self.deleted_topics.remembers(&topic) {
+            ShardError::TopicDeleted { topic }
         } else {
-            format!("unknown topic {topic}")
-        };
-        Failure::new(ErrorCode::UnknownTopic, message)
+            ShardError::UnknownTopic { topic }
+        }
     }
 
     pub(crate) fn owned_log(
         &self,
         topic: &str,
         partition: u32,
-    ) -> Result<Rc<PartitionLog>, Failure> {
+    ) -> Result<Rc<PartitionLog>, ShardError> {
         if let Some(log) = self.local_log(topic, partition) {
             return Ok(log);
         }
         Err(match self.topic(topic) {
             None => self.unknown_topic(topic),
-            Some(meta) if partition >= meta.partitions => Failure::new(
-                ErrorCode::UnknownPartition,
-                format!(
-                    "topic {topic} has {} partitions; {partition} does not exist",
-                    meta.partitions
-                ),
-            ),
-            Some(_) => Failure::new(
-                ErrorCode::Internal,
-                format!("{topic}/{partition} is not owned by {}", self.here()),
-            ),
+            Some(meta) if partition >= meta.partitions => ShardError::UnknownPartition {
+                topic: topic.to_string(),
+                partition,
+                partitions: meta.partitions,
+            },
+            Some(_) => ShardError::internal(format!(
+                "{topic}/{partition} is not owned by {}",
+                self.here()
+            )),
         })
     }
 
     /// Validates a topic or group name (`what` says which), counting refusals.
-    pub fn valid_name<'n>(&self, name: &'n [u8], what: &str) -> Result<&'n str, Failure> {
+    pub fn valid_name<'n>(
+        &self,
+        name: &'n [u8],
+        what: &'static str,
+    ) -> Result<&'n str, ShardError> {
         validate_name(name).map_err(|e| {
             Metrics::inc(&self.metrics.bad_names);
             // The error names the bad character, never the whole (client-chosen) name.
             warn!(what, error = %e, "name refused");
-            Failure::new(ErrorCode::InvalidName, format!("invalid {what} name: {e}"))
+            ShardError::InvalidName {
+                what,
+                reason: e.to_string(),
+            }
         })
     }
 
@@ -502,7 +446,7 @@ impl Shard {
         group: &[u8],
         topic: &[u8],
         partition: u32,
-    ) -> Result<Vec<u8>, Failure> {
+    ) -> Result<Vec<u8>, ShardError> {
         let group = self.valid_name(group, "group")?;
         let topic = self.valid_name(topic, "topic")?;
         Ok(offsets::encode_key(group, topic, partition))

@@ -24,7 +24,7 @@ use std::time::Duration;
 use crate::protocol::record::{self, BatchHeader, encode_batch};
 use crate::protocol::routing::fnv1a32;
 use crate::protocol::wire::{Put, Reader};
-use crate::shard::Failure;
+use crate::shard::ShardError;
 use crate::storage::{LogConfig, PartitionLog, StorageError};
 
 pub const SHARDS: usize = 256;
@@ -150,15 +150,17 @@ impl OffsetStore {
     }
 
     /// Stores an offset durably (per the fsync policy) and returns once acknowledged.
-    pub async fn commit(&self, key: Vec<u8>, offset: u64, metadata: String) -> Result<(), Failure> {
+    pub async fn commit(
+        &self,
+        key: Vec<u8>,
+        offset: u64,
+        metadata: String,
+    ) -> Result<(), ShardError> {
         if metadata.len() > COMMIT_METADATA_BYTES_MAX {
-            return Err(Failure::new(
-                crate::protocol::native::ErrorCode::Malformed,
-                format!(
-                    "commit metadata of {} bytes is over the limit of {COMMIT_METADATA_BYTES_MAX}",
-                    metadata.len()
-                ),
-            ));
+            return Err(ShardError::CommitMetadataTooLarge {
+                bytes: metadata.len(),
+                max: COMMIT_METADATA_BYTES_MAX,
+            });
         }
         let slot = self.shard(shard_of(&key)).await?;
         let log = Rc::clone(&slot.borrow().as_ref().expect("opened").log);
@@ -193,7 +195,7 @@ impl OffsetStore {
     /// Forgets every committed offset of `topic` in this core's shards (the topic was
     /// deleted): a tombstone per key is appended, and acknowledged per the fsync policy,
     /// before this returns. Returns how many offsets were forgotten.
-    pub async fn forget_topic(&self, topic: &str) -> Result<usize, Failure> {
+    pub async fn forget_topic(&self, topic: &str) -> Result<usize, ShardError> {
         let slots: Vec<_> = self.shards.borrow().values().cloned().collect();
         let mut forgotten = 0;
         for slot in slots {
@@ -238,7 +240,7 @@ impl OffsetStore {
         Ok(forgotten)
     }
 
-    pub async fn fetch(&self, key: &[u8]) -> Result<Option<Committed>, Failure> {
+    pub async fn fetch(&self, key: &[u8]) -> Result<Option<Committed>, ShardError> {
         let shard = shard_of(key);
         let dir = self.data_dir.join(OFFSETS_DIR).join(shard.to_string());
         if !self.shards.borrow().contains_key(&shard) && !dir.exists() {
@@ -276,7 +278,7 @@ impl OffsetStore {
     pub async fn delete_matching(
         &self,
         matches: impl Fn(&str, &str, u32) -> bool,
-    ) -> Result<u64, Failure> {
+    ) -> Result<u64, ShardError> {
         let mut doomed: Vec<(ShardSlot, Vec<u8>)> = Vec::new();
         for slot in self.shards.borrow().values() {
             let guard = slot.borrow();

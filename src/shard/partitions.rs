@@ -15,10 +15,9 @@ use std::rc::Rc;
 
 use tracing::{info, warn};
 
-use crate::protocol::native::ErrorCode;
 use crate::shard::calls::{DeleteRecords, GrowTopic, OpenPartitions, PublishTopic, Run};
 use crate::shard::topics::{PARTITIONS_MAX, TopicMeta};
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 
 impl Shard {
     /// Grows topic `name` to `partitions` partitions (on any core; forwarded to the
@@ -29,7 +28,7 @@ impl Shard {
         name: &[u8],
         partitions: u32,
         validate_only: bool,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), ShardError> {
         let name = self.valid_name(name, "topic")?.to_string();
         let call = GrowTopic {
             name,
@@ -39,12 +38,12 @@ impl Shard {
         self.route(self.placement().controller(), call).await
     }
 
-    async fn grow_on_controller(self: &Rc<Self>, call: GrowTopic) -> Result<(), Failure> {
+    async fn grow_on_controller(self: &Rc<Self>, call: GrowTopic) -> Result<(), ShardError> {
         let _lock = self.controller_permit().await?;
         let Some(old) = self.topic(&call.name) else {
             return Err(self.unknown_topic(&call.name));
         };
-        let invalid = |message: String| Err(Failure::new(ErrorCode::InvalidConfig, message));
+        let invalid = |message: String| Err(ShardError::invalid_config(message));
         if call.partitions <= old.partitions {
             return invalid(format!(
                 "topic {} has {} partitions; a topic can only grow",
@@ -69,9 +68,9 @@ impl Shard {
             .broadcast(|| OpenPartitions { meta: meta.clone() })
             .await
         {
-            warn!(topic = %meta.name, error = %failure.message, "growing a topic failed; its old partition count is written back");
+            warn!(topic = %meta.name, error = %failure, "growing a topic failed; its old partition count is written back");
             if let Err(error) = self.persist_meta(&old).await {
-                warn!(topic = %meta.name, error = %error.message, "could not write the old partition count back; the topic may have more partitions after a restart");
+                warn!(topic = %meta.name, error = %error, "could not write the old partition count back; the topic may have more partitions after a restart");
             }
             return Err(failure);
         }
@@ -88,7 +87,7 @@ impl Shard {
         topic: &str,
         partition: u32,
         offset: Option<u64>,
-    ) -> Result<u64, Failure> {
+    ) -> Result<u64, ShardError> {
         self.known_partition(topic, partition)?;
         let call = DeleteRecords {
             topic: topic.to_string(),
@@ -101,13 +100,13 @@ impl Shard {
 }
 
 impl Run for GrowTopic {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         Box::pin(shard.grow_on_controller(self)).await
     }
 }
 
 impl Run for DeleteRecords {
-    async fn run(self, shard: &Rc<Shard>) -> Result<u64, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<u64, ShardError> {
         let log = shard.owned_log(&self.topic, self.partition)?;
         Ok(log.delete_records_before(self.offset).await?)
     }

@@ -18,9 +18,7 @@
 use std::fmt;
 
 use crate::config::BrokerConfig;
-use crate::protocol::native::ErrorCode;
 use crate::protocol::routing::{fnv1a32, fnv1a32_extend};
-use crate::shard::Failure;
 
 /// A node of the cluster (`--node-id`, later); a broker started alone is node 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -96,12 +94,6 @@ impl Address {
 #[error("served by {place}, not by this node")]
 pub struct NotHere {
     pub place: Place,
-}
-
-impl From<NotHere> for Failure {
-    fn from(e: NotHere) -> Failure {
-        Failure::new(ErrorCode::NotHere, e.to_string())
-    }
 }
 
 /// The placement table a shard holds: every answer as a [`Place`], never a core index.

@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use crate::metrics::snapshot::{CommittedOffset, CoreSnapshot, PartitionSnapshot};
 use crate::shard::calls::{MetricsSnapshot, Run};
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 
 /// This core's metrics: its counters, storage I/O, the partitions it owns and the committed
 /// offsets in its shards. Runs on the core it describes.
@@ -53,7 +53,7 @@ pub fn collect(shard: &Shard) -> CoreSnapshot {
 }
 
 impl Run for MetricsSnapshot {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Box<CoreSnapshot>, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Box<CoreSnapshot>, ShardError> {
         Ok(Box::new(collect(shard)))
     }
 }

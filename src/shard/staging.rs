@@ -7,7 +7,7 @@ use std::rc::Rc;
 use crate::metrics::counters::Metrics;
 use crate::protocol::native::ProduceBatches;
 use crate::protocol::record::BatchTrust;
-use crate::shard::Failure;
+use crate::shard::ShardError;
 use crate::shard::data::BatchSource;
 use crate::storage::{PartitionLog, StorageError, Ticket};
 
@@ -17,7 +17,7 @@ pub(crate) async fn stage_one(
     log: &Rc<PartitionLog>,
     batch: &[u8],
     metrics: &Metrics,
-) -> Result<(u64, Ticket), Failure> {
+) -> Result<(u64, Ticket), ShardError> {
     let ticket = log.stage(batch, None).await.inspect_err(|e| {
         if matches!(e, StorageError::BadBatch(_)) {
             Metrics::inc(&metrics.bad_batches);
@@ -38,7 +38,7 @@ pub async fn stage_all(
     batches: ProduceBatches<'_>,
     source: BatchSource,
     metrics: &Metrics,
-) -> Result<(u64, Ticket), Failure> {
+) -> Result<(u64, Ticket), ShardError> {
     let staged = match source {
         BatchSource::Client if batches.count == 1 => {
             let (crc, batch) = batches.iter().next().expect("one batch");
@@ -67,8 +67,8 @@ pub async fn stage_kafka_admitted(
     log: &Rc<PartitionLog>,
     batches: ProduceBatches<'_>,
     metrics: &Metrics,
-    mut admit: impl FnMut() -> Result<(), Failure>,
-) -> Result<(u64, Ticket), Failure> {
+    mut admit: impl FnMut() -> Result<(), ShardError>,
+) -> Result<(u64, Ticket), ShardError> {
     let staged = log
         .stage_many_admitted(
             batches
@@ -85,7 +85,7 @@ pub async fn stage_kafka_admitted(
 /// Why staging a request failed: the storage refused it, or the caller's admission did.
 enum Staging {
     Storage(StorageError),
-    Refused(Failure),
+    Refused(ShardError),
 }
 
 impl From<StorageError> for Staging {
@@ -96,7 +96,7 @@ impl From<StorageError> for Staging {
 
 impl Staging {
     /// The failure to answer, counting a bad batch.
-    fn counted(self, metrics: &Metrics) -> Failure {
+    fn counted(self, metrics: &Metrics) -> ShardError {
         match self {
             Staging::Storage(e) => {
                 if matches!(e, StorageError::BadBatch(_)) {

@@ -25,8 +25,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use crate::metrics::counters::Metrics;
-use crate::protocol::native::ErrorCode;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 
 /// Topics one connection remembers at most; past it, new ones are not remembered (such a
 /// connection is back to plain on-demand creation for them).
@@ -107,18 +106,15 @@ impl UsedTopics {
     /// `UnknownTopic` if this connection used `name` and it has since been deleted. Call it
     /// right before the shard call that may create the topic, with no await between, so a
     /// delete cannot slip in.
-    pub fn check(&self, shard: &Shard, name: &[u8]) -> Result<(), Failure> {
+    pub fn check(&self, shard: &Shard, name: &[u8]) -> Result<(), ShardError> {
         let Ok(name) = std::str::from_utf8(name) else {
             return Ok(()); // refused by the shard's name check
         };
         if self.used_older(shard, name) || self.deleted_while_open(shard, name) {
             Metrics::inc(&shard.metrics.deleted_topic_refusals);
-            return Err(Failure::new(
-                ErrorCode::UnknownTopic,
-                format!(
-                    "topic {name} was deleted while this connection used it; it is not created again from this connection (a new connection or CreateTopic may)"
-                ),
-            ));
+            return Err(ShardError::DeletedWhileUsed {
+                topic: name.to_string(),
+            });
         }
         Ok(())
     }

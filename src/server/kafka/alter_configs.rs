@@ -133,7 +133,7 @@ async fn alter(
         Ok(Some(_)) if validate_only => (NONE, None),
         Ok(Some(meta)) => match conn.shard.alter_topic(meta).await {
             Ok(()) => (NONE, None),
-            Err(f) => (errors::from_native(f.code), Some(f.message)),
+            Err(f) => (errors::of(&f), Some(f.to_string())),
         },
         Err((code, message)) => {
             if code == INVALID_CONFIG {
@@ -217,7 +217,7 @@ fn plan(
         .map_err(invalid)?;
     }
     let mut altered = TopicMeta::from_settings(&meta.name, &settings, &conn.shard.config.log)
-        .map_err(|(_, m)| (INVALID_CONFIG, m))?;
+        .map_err(|m| (INVALID_CONFIG, m))?;
     altered.id = meta.id;
     Ok((altered != *meta).then_some(altered))
 }

@@ -15,7 +15,7 @@ use tracing::warn;
 use super::errors::{self, INVALID_PARTITIONS, INVALID_REQUEST};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
-use crate::protocol::native::ErrorCode;
+use crate::shard::ShardError;
 
 pub(super) fn handle(
     conn: &Rc<Conn>,
@@ -37,11 +37,11 @@ pub(super) fn handle(
                     .grow_topic(topic.name.0.as_bytes(), count, request.validate_only)
                     .await
                     .map_err(|failure| {
-                        let code = match failure.code {
-                            ErrorCode::InvalidConfig => INVALID_PARTITIONS,
-                            other => errors::from_native(other),
+                        let code = match failure {
+                            ShardError::InvalidConfig { .. } => INVALID_PARTITIONS,
+                            ref other => errors::of(other),
                         };
-                        (code, failure.message)
+                        (code, failure.to_string())
                     })
             };
             let result = CreatePartitionsTopicResult::default().with_name(topic.name);

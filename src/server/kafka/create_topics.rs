@@ -118,24 +118,24 @@ async fn create(
         (INVALID_CONFIG, message)
     };
     // What a topic created with no configs would be: the fixed configs' values.
-    let plain = TopicMeta::from_settings(name, &settings, log).map_err(|(_, m)| refused(m))?;
+    let plain = TopicMeta::from_settings(name, &settings, log).map_err(refused)?;
     let described = configs::describe_topic(&plain, &conn.shard.config);
     for config in &topic.configs {
         let (key, value) = (config.name.as_str(), config.value.as_deref());
         configs::apply(&mut settings, key, value, true, &described).map_err(refused)?;
     }
     // The settings' own checks (segment size range, ...), before anything is created.
-    let planned = TopicMeta::from_settings(name, &settings, log).map_err(|(_, m)| refused(m))?;
+    let planned = TopicMeta::from_settings(name, &settings, log).map_err(refused)?;
     if validate_only {
         conn.shard
             .valid_name(name.as_bytes(), "topic")
-            .map_err(|f| (errors::from_native(f.code), f.message))?;
+            .map_err(|f| (errors::of(&f), f.to_string()))?;
         return Ok(planned);
     }
     conn.shard
         .create_topic(name.as_bytes(), &settings)
         .await
-        .map_err(|f| (errors::from_native(f.code), f.message))?;
+        .map_err(|f| (errors::of(&f), f.to_string()))?;
     conn.shard.topic(name).map(|m| (*m).clone()).ok_or_else(|| {
         (
             errors::UNKNOWN_SERVER_ERROR,

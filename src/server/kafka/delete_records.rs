@@ -66,8 +66,8 @@ async fn delete(conn: &Conn, topic: &str, index: i32, offset: i64) -> Result<i64
             Ok(i64::try_from(start).unwrap_or(i64::MAX))
         }
         Err(failure) => {
-            warn!(topic, partition, error = %failure.message, "DeleteRecords refused");
-            Err(errors::from_native(failure.code))
+            warn!(topic, partition, error = %failure, "DeleteRecords refused");
+            Err(errors::of(&failure))
         }
     }
 }

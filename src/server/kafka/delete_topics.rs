@@ -89,10 +89,6 @@ async fn delete_one(conn: &Conn, name: Option<TopicName>, id: Uuid) -> Deletable
         Ok(()) => DeletableTopicResult::default()
             .with_name(Some(name))
             .with_topic_id(topic_id),
-        Err(failure) => refused(
-            Some(name),
-            errors::from_native(failure.code),
-            failure.message,
-        ),
+        Err(failure) => refused(Some(name), errors::of(&failure), failure.to_string()),
     }
 }

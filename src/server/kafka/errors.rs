@@ -3,7 +3,10 @@
 use bytes::{BufMut, BytesMut};
 
 use crate::protocol::kafka::header::HeaderPrefix;
-use crate::protocol::native::ErrorCode;
+use crate::protocol::record::RecordError;
+use crate::shard::ShardError;
+use crate::shard::membership::GroupError;
+use crate::shard::producers::SequenceError;
 
 pub const NONE: i16 = 0;
 pub const UNKNOWN_SERVER_ERROR: i16 = -1;
@@ -30,28 +33,74 @@ pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 pub const INVALID_RECORD: i16 = 87;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 
-/// The Kafka code for a shard failure.
-pub fn from_native(code: ErrorCode) -> i16 {
-    match code {
-        ErrorCode::None => NONE,
-        ErrorCode::UnknownTopic | ErrorCode::UnknownPartition => UNKNOWN_TOPIC_OR_PARTITION,
-        ErrorCode::OffsetOutOfRange => OFFSET_OUT_OF_RANGE,
-        ErrorCode::InvalidName => INVALID_TOPIC_EXCEPTION,
-        ErrorCode::TopicExists => TOPIC_ALREADY_EXISTS,
-        ErrorCode::BadMagic | ErrorCode::CrcMismatch | ErrorCode::Malformed => CORRUPT_MESSAGE,
-        ErrorCode::KeyTooLarge | ErrorCode::PayloadTooLarge => MESSAGE_TOO_LARGE,
-        ErrorCode::TopicLimit => POLICY_VIOLATION,
-        ErrorCode::InvalidConfig => INVALID_CONFIG,
-        ErrorCode::StorageError | ErrorCode::StorageFull | ErrorCode::CorruptData => {
-            KAFKA_STORAGE_ERROR
+/// The Kafka code for a shard error.
+pub fn of(e: &ShardError) -> i16 {
+    match e {
+        ShardError::UnknownTopic { .. }
+        | ShardError::TopicDeleted { .. }
+        | ShardError::DeletedWhileUsed { .. }
+        | ShardError::TopicBeingDeleted { .. }
+        | ShardError::UnknownPartition { .. } => UNKNOWN_TOPIC_OR_PARTITION,
+        ShardError::OffsetOutOfRange { .. } => OFFSET_OUT_OF_RANGE,
+        ShardError::InvalidName { .. } => INVALID_TOPIC_EXCEPTION,
+        ShardError::TopicExists { .. } => TOPIC_ALREADY_EXISTS,
+        ShardError::BadBatch(
+            RecordError::KeyTooLarge { .. } | RecordError::PayloadTooLarge { .. },
+        ) => MESSAGE_TOO_LARGE,
+        ShardError::BadBatch(_) | ShardError::BatchLength { .. } | ShardError::Malformed { .. } => {
+            CORRUPT_MESSAGE
         }
+        ShardError::CommitMetadataTooLarge { .. } => OFFSET_METADATA_TOO_LARGE,
+        ShardError::TopicLimit { .. } => POLICY_VIOLATION,
+        ShardError::InvalidConfig { .. } => INVALID_CONFIG,
+        ShardError::Storage { .. }
+        | ShardError::StorageFull { .. }
+        | ShardError::Corrupt { .. } => KAFKA_STORAGE_ERROR,
         // The client retries elsewhere after refreshing its metadata.
-        ErrorCode::ShuttingDown | ErrorCode::Fenced | ErrorCode::NotHere => NOT_LEADER_OR_FOLLOWER,
-        ErrorCode::UnknownGroup => COORDINATOR_NOT_AVAILABLE,
-        ErrorCode::OutOfOrderSequence => OUT_OF_ORDER_SEQUENCE_NUMBER,
-        ErrorCode::ProducerFenced => INVALID_PRODUCER_EPOCH,
-        ErrorCode::ProducerLimit => POLICY_VIOLATION,
-        _ => UNKNOWN_SERVER_ERROR,
+        ShardError::ShuttingDown { .. } | ShardError::Fenced { .. } | ShardError::NotHere(_) => {
+            NOT_LEADER_OR_FOLLOWER
+        }
+        ShardError::UnknownGroup { .. } => COORDINATOR_NOT_AVAILABLE,
+        ShardError::Group { error, .. } => group_code(error),
+        ShardError::Sequence(e) => sequence_code(e),
+        ShardError::GroupLimit(_)
+        | ShardError::RebalanceTimeout { .. }
+        | ShardError::GroupNotEmpty { .. }
+        | ShardError::Internal { .. } => UNKNOWN_SERVER_ERROR,
+    }
+}
+
+/// Kafka's code for a refused group call.
+pub fn group_code(error: &GroupError) -> i16 {
+    use super::groups::{
+        GROUP_MAX_SIZE_REACHED, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
+        INVALID_SESSION_TIMEOUT, MEMBER_ID_REQUIRED, NON_EMPTY_GROUP, REBALANCE_IN_PROGRESS,
+        UNKNOWN_MEMBER_ID,
+    };
+    match error {
+        GroupError::UnknownMember { .. } => UNKNOWN_MEMBER_ID,
+        GroupError::IllegalGeneration { .. } => ILLEGAL_GENERATION,
+        GroupError::RebalanceInProgress => REBALANCE_IN_PROGRESS,
+        GroupError::InconsistentProtocol => INCONSISTENT_GROUP_PROTOCOL,
+        GroupError::InvalidSessionTimeout { .. } => INVALID_SESSION_TIMEOUT,
+        GroupError::GroupFull { .. } => GROUP_MAX_SIZE_REACHED,
+        GroupError::NotEmpty => NON_EMPTY_GROUP,
+        // The client looks for the coordinator again.
+        GroupError::Dead => COORDINATOR_NOT_AVAILABLE,
+        GroupError::MetadataTooLarge { .. } => INVALID_REQUEST,
+        GroupError::MemberIdRequired { .. } => MEMBER_ID_REQUIRED,
+    }
+}
+
+/// Kafka's code for a refused idempotent batch.
+pub fn sequence_code(error: &SequenceError) -> i16 {
+    match error {
+        SequenceError::OutOfOrder { .. } | SequenceError::RepeatInRun { .. } => {
+            OUT_OF_ORDER_SEQUENCE_NUMBER
+        }
+        SequenceError::Fenced { .. } => INVALID_PRODUCER_EPOCH,
+        // Kafka has no such bound; POLICY_VIOLATION says the request broke a broker rule.
+        SequenceError::Full { .. } => POLICY_VIOLATION,
     }
 }
 

@@ -204,7 +204,7 @@ async fn plan_one(
     };
     // No creation on demand: a consumer asks for what Metadata listed.
     if let Err(failure) = shard.known_partition(&topic, partition) {
-        return Outcome::Error(errors::from_native(failure.code));
+        return Outcome::Error(errors::of(&failure));
     }
     if conn.not_leader(shard.placement().owner(&topic, partition)) {
         return Outcome::Error(NOT_LEADER_OR_FOLLOWER);
@@ -219,7 +219,7 @@ async fn plan_one(
     // A topic deleted since this connection used it stays unknown (`shard::used`).
     match shard.fetch(&conn.used, fetch).await {
         Ok(plan) => Outcome::Plan(plan),
-        Err(failure) => Outcome::Error(errors::from_native(failure.code)),
+        Err(failure) => Outcome::Error(errors::of(&failure)),
     }
 }
 

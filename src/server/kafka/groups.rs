@@ -9,11 +9,11 @@
 
 use std::rc::Rc;
 
-use super::errors::{self, COORDINATOR_NOT_AVAILABLE, INVALID_REQUEST, UNKNOWN_SERVER_ERROR};
+use super::errors::{self, COORDINATOR_NOT_AVAILABLE};
 use super::{Conn, Pending, groups_admin, groups_find, groups_join, groups_member, groups_offsets};
 use crate::protocol::kafka::{KafkaRequest, RequestHeader};
-use crate::protocol::native::ErrorCode;
-use crate::shard::Failure;
+use crate::shard::ShardError;
+use crate::shard::membership::GroupError;
 
 pub const ILLEGAL_GENERATION: i16 = 22;
 pub const INCONSISTENT_GROUP_PROTOCOL: i16 = 23;
@@ -46,30 +46,29 @@ pub(super) fn handle(conn: &Rc<Conn>, header: RequestHeader, request: KafkaReque
 }
 
 /// Kafka's code for a refused group call.
-pub(super) fn code(failure: &Failure) -> i16 {
-    match failure.code {
-        ErrorCode::None => errors::NONE,
-        ErrorCode::RebalanceInProgress => REBALANCE_IN_PROGRESS,
-        ErrorCode::UnknownMember => UNKNOWN_MEMBER_ID,
-        ErrorCode::IllegalGeneration => ILLEGAL_GENERATION,
-        ErrorCode::GroupNotEmpty => NON_EMPTY_GROUP,
-        ErrorCode::InconsistentGroupProtocol => INCONSISTENT_GROUP_PROTOCOL,
-        ErrorCode::InvalidSessionTimeout => INVALID_SESSION_TIMEOUT,
-        ErrorCode::GroupFull => GROUP_MAX_SIZE_REACHED,
-        ErrorCode::UnknownGroup => GROUP_ID_NOT_FOUND,
-        ErrorCode::Malformed => INVALID_REQUEST,
+pub(super) fn code(failure: &ShardError) -> i16 {
+    match failure {
+        // A deleted group is gone for good: the client is told so, not sent looking again.
+        ShardError::Group {
+            error: GroupError::Dead,
+            ..
+        }
+        | ShardError::UnknownGroup { .. } => GROUP_ID_NOT_FOUND,
+        ShardError::RebalanceTimeout { .. } => REBALANCE_IN_PROGRESS,
+        ShardError::GroupNotEmpty { .. } => NON_EMPTY_GROUP,
+        ShardError::GroupLimit(_) => GROUP_MAX_SIZE_REACHED,
+        ShardError::Malformed { .. } => errors::INVALID_REQUEST,
         // The client finds the coordinator again and retries.
-        ErrorCode::ShuttingDown => COORDINATOR_NOT_AVAILABLE,
+        ShardError::ShuttingDown { .. } => COORDINATOR_NOT_AVAILABLE,
         // The group's coordinator is on another node: FindCoordinator names it.
-        ErrorCode::NotHere => NOT_COORDINATOR,
-        ErrorCode::Internal => UNKNOWN_SERVER_ERROR,
-        other => errors::from_native(other),
+        ShardError::NotHere(_) => NOT_COORDINATOR,
+        other => errors::of(other),
     }
 }
 
 /// The code for a group name the broker refuses.
-pub(super) fn name_code(failure: &Failure) -> i16 {
-    if failure.code == ErrorCode::InvalidName {
+pub(super) fn name_code(failure: &ShardError) -> i16 {
+    if matches!(failure, ShardError::InvalidName { .. }) {
         INVALID_GROUP_ID
     } else {
         code(failure)

@@ -13,7 +13,7 @@ use super::errors::NONE;
 use super::groups::{code, name_code};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
-use crate::protocol::native::ErrorCode;
+use crate::shard::ShardError;
 
 /// Kafka's type of a group pagurus knows only by its offsets.
 const OFFSETS_ONLY_TYPE: &str = "consumer";
@@ -98,7 +98,7 @@ pub(super) fn describe(
                         .with_protocol_type(StrBytes::from_static_str(OFFSETS_ONLY_TYPE)),
                 },
                 // Kafka describes a group it does not know as Dead, with no error.
-                Err(f) if f.code == ErrorCode::UnknownGroup => {
+                Err(ShardError::UnknownGroup { .. }) => {
                     described.with_group_state(StrBytes::from_static_str("Dead"))
                 }
                 Err(f) => described.with_error_code(name_code(&f)),

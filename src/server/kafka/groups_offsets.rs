@@ -25,8 +25,8 @@ use super::errors::{INVALID_REQUEST, NONE, OFFSET_METADATA_TOO_LARGE, UNKNOWN_TO
 use super::groups::{GROUP_SUBSCRIBED_TO_TOPIC, code, name_code};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
-use crate::protocol::native::ErrorCode;
 use crate::shard::Shard;
+use crate::shard::ShardError;
 use crate::shard::coordinator::api::CommitEntry;
 use crate::shard::offsets::COMMIT_METADATA_BYTES_MAX;
 
@@ -281,8 +281,8 @@ pub(super) fn delete(
                 .await;
             let partition_code = match &deleted {
                 Ok(_) => NONE,
-                Err(f) if f.code == ErrorCode::GroupNotEmpty => GROUP_SUBSCRIBED_TO_TOPIC,
-                Err(f) if f.code == ErrorCode::InvalidName => {
+                Err(ShardError::GroupNotEmpty { .. }) => GROUP_SUBSCRIBED_TO_TOPIC,
+                Err(f @ ShardError::InvalidName { .. }) => {
                     top_code = name_code(f);
                     NONE
                 }

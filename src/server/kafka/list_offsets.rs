@@ -73,7 +73,7 @@ async fn list(conn: &Conn, topic: &str, index: i32, timestamp: i64) -> Result<i6
         .map_err(|_| UNKNOWN_TOPIC_OR_PARTITION)?;
     shard
         .known_partition(topic, partition)
-        .map_err(|f| errors::from_native(f.code))?;
+        .map_err(|f| errors::of(&f))?;
     conn.used.record(shard, topic.as_bytes());
     if conn.not_leader(shard.placement().owner(topic, partition)) {
         return Err(NOT_LEADER_OR_FOLLOWER);
@@ -91,6 +91,6 @@ async fn list(conn: &Conn, topic: &str, index: i32, timestamp: i64) -> Result<i6
     };
     let offset = crate::server::time_seek::list_offsets(shard, topic.as_bytes(), partition, spec)
         .await
-        .map_err(|f| errors::from_native(f.code))?;
+        .map_err(|f| errors::of(&f))?;
     Ok(i64::try_from(offset).unwrap_or(i64::MAX))
 }

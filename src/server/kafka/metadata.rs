@@ -105,7 +105,7 @@ async fn metadata(
                     && shard.topic(&name).is_none()
                     && let Err(failure) = shard.topic_on_demand(name.as_bytes()).await
                 {
-                    debug!(topic = %name, error = %failure.message, "topic not created for Metadata");
+                    debug!(topic = %name, error = %failure, "topic not created for Metadata");
                 }
                 valid.push(name);
             }

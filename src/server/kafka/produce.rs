@@ -25,7 +25,6 @@ use crate::protocol::kafka::batch::{self, BatchError};
 use crate::protocol::kafka::{RequestHeader, convert};
 use crate::protocol::native::ProduceBatches;
 use crate::protocol::record;
-use crate::shard::Failure;
 use crate::shard::data::{Batches, ProduceInFlight};
 use crate::shard::idempotence::IdempotentBatch;
 use crate::shard::producers::ProducerBatch;
@@ -114,7 +113,7 @@ async fn finish(
                 return response
                     .with_base_offset(i64::try_from(produced.base_offset).unwrap_or(i64::MAX));
             }
-            Err(failure) => (errors::from_native(failure.code), failure.message),
+            Err(failure) => (errors::of(&failure), failure.to_string()),
         },
     };
     if code != NOT_LEADER_OR_FOLLOWER {
@@ -168,7 +167,7 @@ async fn start_partition(conn: &Conn, topic: &TopicName, index: i32, records: &[
         .await
     {
         Ok(in_flight) => Started::InFlight(in_flight),
-        Err(Failure { code, message, .. }) => Started::Refused(errors::from_native(code), message),
+        Err(e) => Started::Refused(errors::of(&e), e.to_string()),
     }
 }
 

@@ -6,12 +6,13 @@ use std::rc::Rc;
 
 use crate::metrics::counters::Metrics;
 use crate::protocol::native::{self, ErrorCode};
+use crate::server::native::refusal::Refusal;
 use crate::server::native::{Pending, Tag, error_frame};
 use crate::server::session::pipeline::Outcome;
 use crate::server::session::{FileRange, Outbox, Session};
 use crate::shard::calls::{Fetch, SendPlan};
 use crate::shard::used::UsedTopics;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 
 /// Largest fetch response a client may ask for.
 pub const FETCH_BYTES_MAX: u32 = 64 * 1024 * 1024;
@@ -43,7 +44,7 @@ pub(super) async fn plan(
     shard: &Rc<Shard>,
     used: &UsedTopics,
     fetch: Fetch,
-) -> Result<SendPlan, Failure> {
+) -> Result<SendPlan, ShardError> {
     // A tailing consumer's next fetch must not bring back a topic deleted under it: the
     // shard refuses it with this connection's view (`shard::used`).
     shard.fetch(used, fetch).await
@@ -70,7 +71,7 @@ pub(super) fn write(
                 None
             }
             Err(error) => {
-                let failure = Failure::new(
+                let failure = Refusal::new(
                     ErrorCode::StorageError,
                     format!("cannot open {}: {error}", plan.wal_path.display()),
                 );

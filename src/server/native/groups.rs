@@ -5,11 +5,12 @@ use std::rc::Rc;
 
 use crate::protocol::kafka::consumer::{CONSUMER_PROTOCOL_TYPE, assigned_partitions};
 use crate::protocol::native::{self, ErrorCode, JoinGroup};
+use crate::server::native::refusal::Refusal;
 use crate::server::native::{Pending, Tag, empty, later};
+use crate::shard::Shard;
 use crate::shard::coordinator::api::CommitEntry;
 use crate::shard::coordinator::calls::JoinAnswer;
 use crate::shard::membership::{Assignor, JoinRequest, NATIVE_PROTOCOL_TYPE};
-use crate::shard::{Failure, Shard};
 
 pub(super) fn list(shard: &Rc<Shard>, tag: Tag) -> Pending {
     later(shard, tag, async move |shard: Rc<Shard>| {
@@ -86,7 +87,7 @@ pub(super) fn join(shard: &Rc<Shard>, tag: Tag, join: JoinGroup<'_>) -> Pending 
         let request = request?;
         // A native join never asks for a member id first (`member_id_required` is false).
         let JoinAnswer::Joined(joined) = shard.join_group(&group, request).await? else {
-            return Err(Failure::new(
+            return Err(Refusal::new(
                 ErrorCode::Internal,
                 "the coordinator asked a native member for a member id",
             ));
@@ -110,15 +111,15 @@ pub(super) fn join(shard: &Rc<Shard>, tag: Tag, join: JoinGroup<'_>) -> Pending 
     })
 }
 
-fn join_request(shard: &Shard, join: &JoinGroup<'_>) -> Result<JoinRequest, Failure> {
+fn join_request(shard: &Shard, join: &JoinGroup<'_>) -> Result<JoinRequest, Refusal> {
     let text = |bytes: &[u8], what: &str| {
         std::str::from_utf8(bytes)
             .map(str::to_string)
-            .map_err(|_| Failure::new(ErrorCode::Malformed, format!("{what} is not UTF-8")))
+            .map_err(|_| Refusal::new(ErrorCode::Malformed, format!("{what} is not UTF-8")))
     };
     let assignor = text(join.assignor, "assignor")?;
     if Assignor::from_name(&assignor).is_none() {
-        return Err(Failure::new(
+        return Err(Refusal::new(
             ErrorCode::InconsistentGroupProtocol,
             format!("unknown assignor {assignor:?}: range or roundrobin"),
         ));
@@ -152,10 +153,8 @@ pub(super) fn heartbeat(
     let (group, member_id) = (group.to_vec(), member_id.to_vec());
     later(shard, tag, async move |shard: Rc<Shard>| {
         let member_id = String::from_utf8_lossy(&member_id);
-        shard
-            .heartbeat(&group, &member_id, generation)
-            .await
-            .map(|()| empty(tag.1))
+        shard.heartbeat(&group, &member_id, generation).await?;
+        Ok(empty(tag.1))
     })
 }
 
@@ -164,7 +163,8 @@ pub(super) fn leave(shard: &Rc<Shard>, tag: Tag, group: &[u8], member_id: &[u8])
     later(shard, tag, async move |shard: Rc<Shard>| {
         let member_id = String::from_utf8_lossy(&member_id).into_owned();
         let mut results = shard.leave_group(&group, vec![(member_id, None)]).await?;
-        results.pop().unwrap_or(Ok(())).map(|()| empty(tag.1))
+        results.pop().unwrap_or(Ok(()))?;
+        Ok(empty(tag.1))
     })
 }
 
@@ -192,13 +192,15 @@ pub(super) fn commit(shard: &Rc<Shard>, tag: Tag, commit: Commit<'_>) -> Pending
         let mut results = shard
             .commit_offsets_fenced(&group, &member_id, generation, entries)
             .await?;
-        results.pop().unwrap_or(Ok(())).map(|()| empty(tag.1))
+        results.pop().unwrap_or(Ok(()))?;
+        Ok(empty(tag.1))
     })
 }
 
 pub(super) fn delete(shard: &Rc<Shard>, tag: Tag, group: &[u8]) -> Pending {
     let group = group.to_vec();
     later(shard, tag, async move |shard: Rc<Shard>| {
-        shard.delete_group(&group).await.map(|()| empty(tag.1))
+        shard.delete_group(&group).await?;
+        Ok(empty(tag.1))
     })
 }

@@ -23,13 +23,15 @@ use crate::server::session::{Outbox, Session};
 use crate::shard::calls::{Fetch, Produced, SendPlan};
 use crate::shard::data::ProduceInFlight;
 use crate::shard::used::UsedTopics;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
+use refusal::Refusal;
 
 mod fetch;
 mod groups;
 mod metadata;
 mod offsets;
 mod produce;
+pub mod refusal;
 mod topics;
 
 pub use fetch::FETCH_BYTES_MAX;
@@ -58,11 +60,11 @@ pub enum Pending {
 pub enum Answer {
     Produced {
         correlation_id: u32,
-        produced: Result<Produced, Failure>,
+        produced: Result<Produced, ShardError>,
     },
     Fetched {
         correlation_id: u32,
-        plan: Result<SendPlan, Failure>,
+        plan: Result<SendPlan, ShardError>,
     },
     /// An encoded answer, and the error it carries.
     Frame {
@@ -73,9 +75,10 @@ pub enum Answer {
 
 impl Answer {
     /// The coded error answer to the request `correlation_id`.
-    fn failed(correlation_id: u32, failure: &Failure) -> Answer {
+    fn failed(correlation_id: u32, failure: impl Into<Refusal>) -> Answer {
+        let failure = failure.into();
         Answer::Frame {
-            frame: error_frame(correlation_id, failure),
+            frame: error_frame(correlation_id, &failure),
             error: Some(failure.code),
         }
     }
@@ -191,7 +194,10 @@ impl Frontend for Native {
             | Answer::Fetched {
                 correlation_id,
                 plan: Err(failure),
-            } => (error_frame(correlation_id, &failure), Some(failure.code)),
+            } => {
+                let refusal = Refusal::from(failure);
+                (error_frame(correlation_id, &refusal), Some(refusal.code))
+            }
             Answer::Frame { frame, error } => (frame, error),
         };
         out.bytes().extend_from_slice(&frame);
@@ -209,7 +215,7 @@ impl Frontend for Native {
         let correlation_id = head
             .get(8..12)
             .map_or(0, |id| u32::from_be_bytes(id.try_into().expect("4 bytes")));
-        let failure = Failure::new(
+        let failure = Refusal::new(
             ErrorCode::FrameTooLarge,
             format!(
                 "frame of {} bytes exceeds the limit of {} (the broker's --max-payload-bytes {} and the request's header)",
@@ -220,7 +226,7 @@ impl Frontend for Native {
         );
         Some(Started {
             kind: RequestKind::NativeUnknown,
-            pending: Pending::Ready(Answer::failed(correlation_id, &failure)),
+            pending: Pending::Ready(Answer::failed(correlation_id, failure)),
         })
     }
 
@@ -229,13 +235,13 @@ impl Frontend for Native {
         let correlation_id = frame
             .get(8..12)
             .map_or(0, |id| u32::from_be_bytes(id.try_into().expect("4 bytes")));
-        let failure = Failure::new(
+        let failure = Refusal::new(
             ErrorCode::ShuttingDown,
             "the broker is stopping; nothing of this request was done",
         );
         Some(Started {
             kind: kind_of(frame.get(native::FRAME_LEN_BYTES..).unwrap_or_default()),
-            pending: Pending::Ready(Answer::failed(correlation_id, &failure)),
+            pending: Pending::Ready(Answer::failed(correlation_id, failure)),
         })
     }
 }
@@ -249,7 +255,7 @@ fn kind_of(body: &[u8]) -> RequestKind {
 
 /// The coded error answer to the request `correlation_id` (counted by the pipeline, from
 /// the [`Outcome`] its answer reports).
-fn error_frame(correlation_id: u32, failure: &Failure) -> Vec<u8> {
+fn error_frame(correlation_id: u32, failure: &Refusal) -> Vec<u8> {
     let mut out = Vec::new();
     encode_error(
         &mut out,
@@ -276,10 +282,10 @@ async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Star
             }
             warn!(%error, "bad request");
             let correlation_id = header.map_or(0, |h| h.correlation_id);
-            let failure = Failure::new(error.code(), error.to_string());
+            let failure = Refusal::new(error.code(), error.to_string());
             return Started {
                 kind,
-                pending: Pending::Ready(Answer::failed(correlation_id, &failure)),
+                pending: Pending::Ready(Answer::failed(correlation_id, failure)),
             };
         }
     };
@@ -368,13 +374,13 @@ fn empty(correlation_id: u32) -> Vec<u8> {
 /// Wraps a handler that runs when the writer reaches it.
 fn later<F>(shard: &Rc<Shard>, tag: Tag, handler: F) -> Pending
 where
-    F: AsyncFnOnce(Rc<Shard>) -> Result<Vec<u8>, Failure> + 'static,
+    F: AsyncFnOnce(Rc<Shard>) -> Result<Vec<u8>, Refusal> + 'static,
 {
     let shard = Rc::clone(shard);
     Pending::Later(Box::pin(async move {
         match handler(shard).await {
             Ok(frame) => Answer::Frame { frame, error: None },
-            Err(failure) => Answer::failed(tag.1, &failure),
+            Err(failure) => Answer::failed(tag.1, failure),
         }
     }))
 }

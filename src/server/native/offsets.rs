@@ -3,9 +3,10 @@
 use std::rc::Rc;
 
 use crate::protocol::native::{self, ErrorCode, OffsetSpec};
+use crate::server::native::refusal::Refusal;
 use crate::server::native::{Pending, Tag, empty, later};
+use crate::shard::Shard;
 use crate::shard::used::UsedTopics;
-use crate::shard::{Failure, Shard};
 
 pub(super) fn list(
     shard: &Rc<Shard>,
@@ -45,8 +46,8 @@ pub(super) fn commit(
         used.check(&shard, &topic)?;
         shard
             .commit_offset(&group, &topic, partition, offset)
-            .await
-            .map(|()| empty(tag.1))
+            .await?;
+        Ok(empty(tag.1))
     })
 }
 
@@ -65,7 +66,7 @@ pub(super) fn fetch(
                 native::encode_offset_response(&mut out, tag.1, offset);
                 Ok(out)
             }
-            None => Err(Failure::new(
+            None => Err(Refusal::new(
                 ErrorCode::NoCommittedOffset,
                 "the group has no committed offset here",
             )),

@@ -26,6 +26,6 @@ pub(super) async fn start(
             correlation_id: tag.1,
             produce,
         },
-        Err(failure) => Pending::Ready(Answer::failed(tag.1, &failure)),
+        Err(failure) => Pending::Ready(Answer::failed(tag.1, failure)),
     }
 }

@@ -9,17 +9,16 @@ use crate::shard::Shard;
 pub(super) fn create(shard: &Rc<Shard>, tag: Tag, name: &[u8], settings: TopicSettings) -> Pending {
     let name = name.to_vec();
     later(shard, tag, async move |shard: Rc<Shard>| {
-        shard
-            .create_topic(&name, &settings)
-            .await
-            .map(|()| empty(tag.1))
+        shard.create_topic(&name, &settings).await?;
+        Ok(empty(tag.1))
     })
 }
 
 pub(super) fn delete(shard: &Rc<Shard>, tag: Tag, name: &[u8]) -> Pending {
     let name = name.to_vec();
     later(shard, tag, async move |shard: Rc<Shard>| {
-        shard.delete_topic(&name).await.map(|()| empty(tag.1))
+        shard.delete_topic(&name).await?;
+        Ok(empty(tag.1))
     })
 }
 

@@ -4,10 +4,9 @@
 use std::rc::Rc;
 
 use super::calls::*;
-use crate::protocol::native::ErrorCode;
 use crate::shard::groups::GroupPartition;
 use crate::shard::membership::JoinRequest;
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 
 /// A group described: its membership (if the coordinator has the group) and its
 /// committed offsets with each partition's end.
@@ -35,13 +34,10 @@ impl Shard {
         self: &Rc<Self>,
         group: &[u8],
         request: JoinRequest,
-    ) -> Result<JoinAnswer, Failure> {
+    ) -> Result<JoinAnswer, ShardError> {
         let group = self.valid_name(group, "group")?.to_string();
         if request.instance_id.as_deref() == Some("") {
-            return Err(Failure::new(
-                ErrorCode::Malformed,
-                "empty group instance id",
-            ));
+            return Err(ShardError::malformed("empty group instance id"));
         }
         for topic in &request.topics {
             self.valid_name(topic.as_bytes(), "topic")?;
@@ -61,7 +57,7 @@ impl Shard {
         member_id: &str,
         generation: i32,
         assignments: Vec<(String, Vec<u8>)>,
-    ) -> Result<Synced, Failure> {
+    ) -> Result<Synced, ShardError> {
         let group = self.valid_name(group, "group")?.to_string();
         let call = GroupSync {
             group,
@@ -78,7 +74,7 @@ impl Shard {
         group: &[u8],
         member_id: &str,
         generation: i32,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), ShardError> {
         let group = self.valid_name(group, "group")?.to_string();
         let call = GroupHeartbeat {
             group,
@@ -94,7 +90,7 @@ impl Shard {
         self: &Rc<Self>,
         group: &[u8],
         members: Vec<(String, Option<String>)>,
-    ) -> Result<Vec<Result<(), Failure>>, Failure> {
+    ) -> Result<Vec<Result<(), ShardError>>, ShardError> {
         let group = self.valid_name(group, "group")?.to_string();
         let owner = self.placement().coordinator(&group);
         self.route(owner, GroupLeave { group, members }).await
@@ -104,7 +100,7 @@ impl Shard {
     pub async fn describe_group_full(
         self: &Rc<Self>,
         group: &[u8],
-    ) -> Result<GroupDescription, Failure> {
+    ) -> Result<GroupDescription, ShardError> {
         let name = self.valid_name(group, "group")?.to_string();
         let owner = self.placement().coordinator(&name);
         let view = self
@@ -117,7 +113,7 @@ impl Shard {
             .await?;
         let offsets = match self.describe_group(group).await {
             Ok(offsets) => offsets,
-            Err(f) if f.code == ErrorCode::UnknownGroup && view.is_some() => Vec::new(),
+            Err(ShardError::UnknownGroup { .. }) if view.is_some() => Vec::new(),
             Err(f) => return Err(f),
         };
         Ok(GroupDescription { view, offsets })
@@ -125,7 +121,7 @@ impl Shard {
 
     /// Every group a coordinator holds or with committed offsets, sorted, as (name, state,
     /// protocol type); a group known only by its offsets is `Empty` with no type.
-    pub async fn group_listings(self: &Rc<Self>) -> Result<Vec<GroupListing>, Failure> {
+    pub async fn group_listings(self: &Rc<Self>) -> Result<Vec<GroupListing>, ShardError> {
         let calls = self
             .local_places()
             .into_iter()
@@ -146,7 +142,7 @@ impl Shard {
 
     /// Deletes an empty group: its coordinator forgets it and its offsets go.
     /// `GroupNotEmpty` while it has members, `UnknownGroup` if there was nothing to delete.
-    pub async fn delete_group(self: &Rc<Self>, group: &[u8]) -> Result<(), Failure> {
+    pub async fn delete_group(self: &Rc<Self>, group: &[u8]) -> Result<(), ShardError> {
         let name = self.valid_name(group, "group")?.to_string();
         let owner = self.placement().coordinator(&name);
         let forgotten = self
@@ -159,10 +155,10 @@ impl Shard {
             .await?;
         let deleted = self.delete_offsets(Some(&name), None, None).await?;
         if !forgotten && deleted == 0 {
-            return Err(Failure::new(
-                ErrorCode::UnknownGroup,
-                format!("group {name} does not exist"),
-            ));
+            return Err(ShardError::UnknownGroup {
+                group: name,
+                reason: "does not exist",
+            });
         }
         Ok(())
     }
@@ -173,7 +169,7 @@ impl Shard {
         group: Option<&str>,
         topic: Option<&str>,
         partitions: Option<Vec<u32>>,
-    ) -> Result<u64, Failure> {
+    ) -> Result<u64, ShardError> {
         let calls = self
             .local_places()
             .into_iter()
@@ -200,15 +196,15 @@ impl Shard {
         group: &[u8],
         topic: &[u8],
         partitions: Vec<u32>,
-    ) -> Result<u64, Failure> {
+    ) -> Result<u64, ShardError> {
         let name = self.valid_name(group, "group")?.to_string();
         let topic = self.valid_name(topic, "topic")?.to_string();
-        self.check_commit(&name, "", -1).await.map_err(|_| {
-            Failure::new(
-                ErrorCode::GroupNotEmpty,
-                format!("group {name} has members; its offsets stay while it does"),
-            )
-        })?;
+        self.check_commit(&name, "", -1)
+            .await
+            .map_err(|_| ShardError::GroupNotEmpty {
+                group: name.clone(),
+                reason: "its offsets stay while it does",
+            })?;
         self.delete_offsets(Some(&name), Some(&topic), Some(partitions))
             .await
     }
@@ -220,7 +216,7 @@ impl Shard {
         group: &str,
         member_id: &str,
         generation: i32,
-    ) -> Result<(), Failure> {
+    ) -> Result<(), ShardError> {
         let call = GroupCheckCommit {
             group: group.to_string(),
             member_id: member_id.to_string(),
@@ -238,7 +234,7 @@ impl Shard {
         member_id: &str,
         generation: i32,
         entries: Vec<CommitEntry>,
-    ) -> Result<Vec<Result<(), Failure>>, Failure> {
+    ) -> Result<Vec<Result<(), ShardError>>, ShardError> {
         let name = self.valid_name(group, "group")?.to_string();
         self.check_commit(&name, member_id, generation).await?;
         let mut results = Vec::with_capacity(entries.len());

@@ -26,9 +26,8 @@ use std::time::{Duration, Instant};
 use futures_lite::FutureExt;
 use tracing::info;
 
-use crate::protocol::native::ErrorCode;
-use crate::shard::membership::{GroupError, GroupLimitReached, GroupLimits, Groups, Reply};
-use crate::shard::{Failure, Shard};
+use crate::shard::membership::{GroupError, GroupLimits, Groups, Reply};
+use crate::shard::{Shard, ShardError};
 use crate::watch::Watch;
 
 /// Most groups one core coordinates.
@@ -127,7 +126,7 @@ impl Coordinator {
         member_id: &str,
         want: Want,
         bound: Duration,
-    ) -> Result<Reply, Failure> {
+    ) -> Result<Reply, ShardError> {
         let deadline = Instant::now() + bound.min(GROUP_WAIT_MAX) + WAIT_SLACK;
         loop {
             if let Some(reply) = self.take(group, member_id, want) {
@@ -135,19 +134,13 @@ impl Coordinator {
             }
             let now = Instant::now();
             if now >= deadline {
-                return Err(Failure::new(
-                    ErrorCode::RebalanceInProgress,
-                    format!(
-                        "group {group}: the rebalance did not complete within {} ms; join again",
-                        bound.as_millis()
-                    ),
-                ));
+                return Err(ShardError::RebalanceTimeout {
+                    group: group.to_string(),
+                    bound_ms: u64::try_from(bound.as_millis()).unwrap_or(u64::MAX),
+                });
             }
             if shard.shutdown.is_requested() {
-                return Err(Failure::new(
-                    ErrorCode::ShuttingDown,
-                    "the broker is stopping",
-                ));
+                return Err(ShardError::shutting_down("the broker is stopping"));
             }
             let changed = self.answered.changed();
             let timer = glommio::timer::sleep(deadline - now);
@@ -197,25 +190,6 @@ pub async fn run_timers(shard: Rc<Shard>) {
 }
 
 /// The answer for a refused group call.
-pub fn group_failure(group: &str, error: GroupError) -> Failure {
-    let code = match &error {
-        GroupError::UnknownMember { .. } => ErrorCode::UnknownMember,
-        GroupError::IllegalGeneration { .. } => ErrorCode::IllegalGeneration,
-        GroupError::RebalanceInProgress => ErrorCode::RebalanceInProgress,
-        GroupError::InconsistentProtocol => ErrorCode::InconsistentGroupProtocol,
-        GroupError::InvalidSessionTimeout { .. } => ErrorCode::InvalidSessionTimeout,
-        GroupError::GroupFull { .. } => ErrorCode::GroupFull,
-        GroupError::NotEmpty => ErrorCode::GroupNotEmpty,
-        GroupError::Dead => ErrorCode::UnknownGroup,
-        GroupError::MetadataTooLarge { .. } => ErrorCode::Malformed,
-        // Answered as a JoinAnswer by GroupJoin; never a failure.
-        GroupError::MemberIdRequired { .. } => ErrorCode::UnknownMember,
-    };
-    Failure::new(code, format!("group {group}: {error}"))
-}
-
-impl From<GroupLimitReached> for Failure {
-    fn from(e: GroupLimitReached) -> Failure {
-        Failure::new(ErrorCode::GroupFull, e.to_string())
-    }
+pub fn group_failure(group: &str, error: GroupError) -> ShardError {
+    ShardError::group(group, error)
 }

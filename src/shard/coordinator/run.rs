@@ -8,13 +8,12 @@ use tracing::info;
 
 use super::calls::*;
 use super::{Want, group_failure};
-use crate::protocol::native::ErrorCode;
 use crate::shard::calls::Run;
 use crate::shard::membership::{GroupError, GroupState, NATIVE_PROTOCOL_TYPE, Reply};
-use crate::shard::{Failure, Shard};
+use crate::shard::{Shard, ShardError};
 
 impl Run for GroupJoin {
-    async fn run(self, shard: &Rc<Shard>) -> Result<JoinAnswer, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<JoinAnswer, ShardError> {
         let coordinator = &shard.coordinator;
         let bound = Duration::from_millis(self.request.rebalance_timeout_ms);
         let (member_id, protocol_type) = {
@@ -64,7 +63,7 @@ impl Run for GroupJoin {
 }
 
 impl Run for GroupSync {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Synced, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Synced, ShardError> {
         let coordinator = &shard.coordinator;
         let (bound, protocol_type, protocol) = {
             let mut groups = coordinator.groups.borrow_mut();
@@ -134,7 +133,7 @@ fn subscribed_partitions<'t>(
     out
 }
 
-fn unknown_member(group: &str, member_id: &str) -> Failure {
+fn unknown_member(group: &str, member_id: &str) -> ShardError {
     group_failure(
         group,
         GroupError::UnknownMember {
@@ -144,7 +143,7 @@ fn unknown_member(group: &str, member_id: &str) -> Failure {
 }
 
 impl Run for GroupHeartbeat {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         let coordinator = &shard.coordinator;
         let mut groups = coordinator.groups.borrow_mut();
         let group = groups
@@ -157,7 +156,7 @@ impl Run for GroupHeartbeat {
 }
 
 impl Run for GroupLeave {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<Result<(), Failure>>, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<Result<(), ShardError>>, ShardError> {
         let coordinator = &shard.coordinator;
         let mut results = Vec::with_capacity(self.members.len());
         let mut replies = Vec::new();
@@ -192,7 +191,7 @@ impl Run for GroupLeave {
 }
 
 impl Run for GroupDescribe {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Option<GroupView>, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Option<GroupView>, ShardError> {
         let groups = shard.coordinator.groups.borrow();
         let Some(group) = groups.get(&self.group) else {
             return Ok(None);
@@ -222,7 +221,7 @@ impl Run for GroupDescribe {
 }
 
 impl Run for GroupList {
-    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<GroupListing>, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<Vec<GroupListing>, ShardError> {
         // An empty group is listed by its committed offsets alone (`group_listings`), as if
         // the registry had already forgotten it: that happens at the next tick, so listing
         // it here would make a listing right after its last member left depend on the tick.
@@ -244,7 +243,7 @@ impl Run for GroupList {
 }
 
 impl Run for GroupForget {
-    async fn run(self, shard: &Rc<Shard>) -> Result<bool, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<bool, ShardError> {
         let forgotten = shard
             .coordinator
             .groups
@@ -259,7 +258,7 @@ impl Run for GroupForget {
 }
 
 impl Run for GroupCheckCommit {
-    async fn run(self, shard: &Rc<Shard>) -> Result<(), Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<(), ShardError> {
         let groups = shard.coordinator.groups.borrow();
         match groups.get(&self.group) {
             Some(group) => group
@@ -268,19 +267,18 @@ impl Run for GroupCheckCommit {
             // No members (none since the broker started): only commits from outside a
             // generation are accepted.
             None if self.member_id.is_empty() && self.generation < 0 => Ok(()),
-            None => Err(Failure::new(
-                ErrorCode::UnknownMember,
-                format!(
-                    "group {}: unknown member {} (the group has no members)",
-                    self.group, self.member_id
-                ),
+            None => Err(ShardError::group(
+                &self.group,
+                GroupError::UnknownMember {
+                    member_id: self.member_id.clone(),
+                },
             )),
         }
     }
 }
 
 impl Run for OffsetsDelete {
-    async fn run(self, shard: &Rc<Shard>) -> Result<u64, Failure> {
+    async fn run(self, shard: &Rc<Shard>) -> Result<u64, ShardError> {
         shard
             .offsets
             .delete_matching(|group, topic, partition| {

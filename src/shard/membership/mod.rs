@@ -72,7 +72,7 @@ impl Default for GroupLimits {
     }
 }
 
-/// Why a group call was refused; [`GroupError::kafka_code`] gives Kafka's code.
+/// Why a group call was refused (each front-end maps it to its wire's code).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GroupError {
     #[error("unknown member {member_id}")]
@@ -96,24 +96,6 @@ pub enum GroupError {
     /// Not a refusal: the first step of a join (KIP-394); join again with this id.
     #[error("a member id is required: join again as {member_id}")]
     MemberIdRequired { member_id: String },
-}
-
-impl GroupError {
-    /// Kafka's error code for this refusal.
-    pub fn kafka_code(&self) -> i16 {
-        match self {
-            GroupError::UnknownMember { .. } => 25,
-            GroupError::IllegalGeneration { .. } => 22,
-            GroupError::RebalanceInProgress => 27,
-            GroupError::InconsistentProtocol => 23,
-            GroupError::InvalidSessionTimeout { .. } => 26,
-            GroupError::GroupFull { .. } => 81,
-            GroupError::NotEmpty => 68,
-            GroupError::Dead => 15, // COORDINATOR_NOT_AVAILABLE: the client looks again
-            GroupError::MetadataTooLarge { .. } => 42, // INVALID_REQUEST
-            GroupError::MemberIdRequired { .. } => 79,
-        }
-    }
 }
 
 /// An answer for a member whose join or sync was waiting (or is answered at once).

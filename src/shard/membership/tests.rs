@@ -240,7 +240,6 @@ fn joins_outside_the_limits_are_refused() {
         ..kafka_join("", "c")
     };
     assert_eq!(g.join(0, other), Err(GroupError::InconsistentProtocol));
-    assert_eq!(GroupError::GroupFull { max: 1 }.kafka_code(), 81);
 }
 
 #[test]
@@ -401,13 +400,6 @@ fn member_id_required_hands_out_an_id_that_joins_once_within_the_session() {
     let Err(GroupError::MemberIdRequired { member_id }) = g.join(0, first.clone()) else {
         panic!("a first join must get a member id");
     };
-    assert_eq!(
-        GroupError::MemberIdRequired {
-            member_id: String::new()
-        }
-        .kafka_code(),
-        79
-    );
     assert_eq!(g.members().count(), 0, "no member until it joins again");
     assert!(g.has_pending_ids());
     let joined = joined_id(&g.join(1, kafka_join(&member_id, "c1")).unwrap());

@@ -1,4 +1,5 @@
 use super::*;
+use crate::shard::ShardError;
 
 fn config(cores: usize, shard_ports: bool) -> BrokerConfig {
     BrokerConfig {
@@ -143,9 +144,9 @@ fn another_node_is_not_served_here() {
         node: NodeId(2),
         core: CoreId(1),
     };
-    let failure = Failure::from(NotHere { place });
-    assert_eq!(failure.code, ErrorCode::NotHere);
-    assert_eq!(failure.message, "served by node 2 core 1, not by this node");
+    let failure = ShardError::from(NotHere { place });
+    assert_eq!(failure, ShardError::NotHere(NotHere { place }));
+    assert_eq!(failure.to_string(), "served by node 2 core 1, not by this node");
 }
 
 /// A placement of a two-node cluster seen from node 0, which has one core: every partition,
@@ -224,15 +225,13 @@ fn a_shard_refuses_what_another_node_serves() {
             assert_eq!(shard.hop(shard.here()), Ok(Hop::Here));
             assert_eq!(shard.hop(NODE_ONE), Err(NotHere { place: NODE_ONE }));
             assert_eq!(shard.local_places(), vec![shard.here()]);
-            let not_here = |result: Result<_, Failure>, what: &str| {
+            let not_here = |result: Result<_, ShardError>, what: &str| {
                 let failure = result
                     .err()
                     .unwrap_or_else(|| panic!("{what} was served here"));
-                assert_eq!(
-                    failure.code,
-                    ErrorCode::NotHere,
-                    "{what}: {}",
-                    failure.message
+                assert!(
+                    matches!(failure, ShardError::NotHere(_)),
+                    "{what}: {failure}"
                 );
             };
             not_here(
