@@ -146,7 +146,10 @@ fn another_node_is_not_served_here() {
     };
     let failure = ShardError::from(NotHere { place });
     assert_eq!(failure, ShardError::NotHere(NotHere { place }));
-    assert_eq!(failure.to_string(), "served by node 2 core 1, not by this node");
+    assert_eq!(
+        failure.to_string(),
+        "served by node 2 core 1, not by this node"
+    );
 }
 
 /// A placement of a two-node cluster seen from node 0, which has one core: every partition,
