@@ -263,14 +263,21 @@ impl Shard {
         self.route(owner, fetch).await
     }
 
-    /// The earliest, latest, or first-at-a-timestamp offset of a partition.
+    /// The earliest, latest, or first-at-a-timestamp offset of a partition. A topic the
+    /// connection used that was deleted since is refused, as its fetches are (a group member
+    /// placing itself after a rebalance is told so, not just "unknown topic"); a topic it
+    /// lists counts as used.
     pub async fn list_offsets(
         self: &Rc<Self>,
+        used: &UsedTopics,
         topic: &[u8],
         partition: u32,
         spec: OffsetSpec,
     ) -> Result<u64, ShardError> {
+        used.check(self, topic)?;
         let topic = self.valid_name(topic, "topic")?.to_string();
+        self.known_partition(&topic, partition)?;
+        used.record(self, topic.as_bytes());
         let owner = self.placement().owner(&topic, partition);
         let call = ListOffsets {
             topic,
