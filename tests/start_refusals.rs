@@ -198,12 +198,20 @@ fn a_data_dir_belongs_to_the_node_that_first_used_it() {
         .fetch("kept", 0, 0, 1 << 20, std::time::Duration::ZERO)
         .unwrap();
     assert_eq!(fetched.batches.len(), 1);
-    assert!(node.log_text().contains("now belongs to this node"), "{}", node.log_text());
+    assert!(
+        node.log_text().contains("now belongs to this node"),
+        "{}",
+        node.log_text()
+    );
     assert!(node.terminate().success());
     let marker = std::fs::read_to_string(data.join("pagurus.meta")).unwrap();
     assert!(marker.contains("node_id=2\n"), "{marker}");
 
-    let stderr = serve(&data, "127.0.0.1:0", &["--no-shard-ports", "--node-id", "3"]);
+    let stderr = serve(
+        &data,
+        "127.0.0.1:0",
+        &["--no-shard-ports", "--node-id", "3"],
+    );
     assert!(
         stderr.contains("belongs to node 2 of a cluster, not to node 3; start it with --node-id 2"),
         "{stderr}"
@@ -218,8 +226,15 @@ fn a_data_dir_belongs_to_the_node_that_first_used_it() {
         marker,
         "a refused start leaves the marker as it was"
     );
-    let stderr = serve(&dir.path().join("fresh"), "127.0.0.1:0", &["--node-id", "0"]);
-    assert!(stderr.contains("node id 0 is not in 1..=1000000"), "{stderr}");
+    let stderr = serve(
+        &dir.path().join("fresh"),
+        "127.0.0.1:0",
+        &["--node-id", "0"],
+    );
+    assert!(
+        stderr.contains("node id 0 is not in 1..=1000000"),
+        "{stderr}"
+    );
 
     // Node 2 again: it serves what it kept.
     node.restart();

@@ -119,7 +119,9 @@ impl NodeIdentity {
         let data_dir = data_dir.display();
         match self {
             NodeIdentity::Single => {}
-            NodeIdentity::Known(node_id) => info!(%data_dir, node_id, "data directory of this node"),
+            NodeIdentity::Known(node_id) => {
+                info!(%data_dir, node_id, "data directory of this node")
+            }
             NodeIdentity::Recorded(node_id) => {
                 info!(%data_dir, node_id, "data directory now belongs to this node; {MARKER_FILE} keeps its id")
             }
