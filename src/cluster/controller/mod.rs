@@ -1,3 +1,8 @@
 //! The controller: one Raft group (group 0) over the voters, whose log is the cluster's
 //! metadata (nodes, topics, placement, leader hints), like Kafka's KRaft and Redpanda's
 //! controller.
+//!
+//! - [`raft_store`]: the group's durable raft-rs `Storage` under
+//!   `<data-dir>/cluster/controller/`.
+
+pub mod raft_store;
