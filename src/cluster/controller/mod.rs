@@ -4,5 +4,8 @@
 //!
 //! - [`raft_store`]: the group's durable raft-rs `Storage` under
 //!   `<data-dir>/cluster/controller/`.
+//! - [`state`]: the metadata state machine applied from committed entries, its commands'
+//!   and snapshots' binary forms, and the placement rule.
 
 pub mod raft_store;
+pub mod state;
