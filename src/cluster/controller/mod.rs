@@ -6,6 +6,8 @@
 //!   `<data-dir>/cluster/controller/`.
 //! - [`state`]: the metadata state machine applied from committed entries, its commands'
 //!   and snapshots' binary forms, and the placement rule.
+//! - [`driver`]: the deterministic, runtime-free driver around raft-rs's `RawNode`.
 
+pub mod driver;
 pub mod raft_store;
 pub mod state;

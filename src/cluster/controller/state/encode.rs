@@ -220,9 +220,10 @@ fn topic(r: &mut Reader<'_>) -> Result<TopicInfo, DecodeError> {
             });
         }
         let replicas = (0..n).map(|_| replica(r)).collect::<Result<_, _>>()?;
-        let leader_hint = match boolean(r, "leader hint flag")? {
-            true => Some(replica(r)?),
-            false => None,
+        let leader_hint = if boolean(r, "leader hint flag")? {
+            Some(replica(r)?)
+        } else {
+            None
         };
         placed.push(PartitionInfo {
             replicas,
