@@ -1,7 +1,9 @@
 //! A deterministic cluster for the driver's tests: real raft-rs, real `RaftStore` files in
 //! a temporary directory per node, and an in-memory network that delivers, drops (seeded)
 //! and cuts messages. One round is one tick of every live node followed by a few passes of
-//! "handle ready, deliver": the same seed gives the same run.
+//! "handle ready, deliver". Delivery, drops and cuts follow the seed; raft-rs draws each
+//! election timeout from `rand::thread_rng` (it takes no seed), so which node wins an
+//! election can differ between runs, and the tests assert what holds for any winner.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
