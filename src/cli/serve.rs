@@ -15,7 +15,7 @@ pub struct ServeArgs {
     /// Directory holding topics, partitions and offsets.
     #[arg(long, env = "PAGURUS_DATA_DIR", default_value = "./pagurus-data")]
     pub data_dir: PathBuf,
-    /// This node's id in a cluster (1..=1000000). The data directory keeps it from the
+    /// This node's id in a cluster (1..=32767). The data directory keeps it from the
     /// first start and is refused to any other id, or to a start without one.
     #[arg(long, env = "PAGURUS_NODE_ID", value_parser = parse_node_id)]
     pub node_id: Option<u32>,

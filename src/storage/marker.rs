@@ -36,9 +36,9 @@ const OWN_ENTRIES: &[&str] = &[".lock", "topics", "offsets", "trash"];
 /// system has at its root.
 const IGNORED_ENTRIES: &[&str] = &["pagurus.meta.tmp", "lost+found"];
 
-/// Largest node id `--node-id` takes: a Kafka broker id is made of the node id and the
-/// core (docs/CLUSTER.md) and must fit an i32.
-pub const NODE_ID_MAX: u32 = 1_000_000;
+/// Largest node id `--node-id` takes: a Kafka broker id is `node << 16 | core`
+/// (docs/CLUSTER.md) and must be a positive i32 (the placement's `NodeId::MAX`).
+pub const NODE_ID_MAX: u32 = 0x7fff;
 
 /// Why a data directory is not used.
 #[derive(Debug, thiserror::Error)]
@@ -435,7 +435,7 @@ mod tests {
             check_node(dir.path(), Some(3)).unwrap(),
             NodeIdentity::Known(3)
         );
-        for bad in ["node_id=0", "node_id=x", "node_id=1000001"] {
+        for bad in ["node_id=0", "node_id=x", "node_id=32768"] {
             fs::write(
                 dir.path().join(MARKER_FILE),
                 format!("format={FORMAT_VERSION}\ncreated_ns=1\n{bad}\n"),

@@ -126,6 +126,11 @@ fn without_shard_ports_every_place_is_the_main_port() {
 
 #[test]
 fn broker_ids_of_other_nodes_round_trip() {
+    // `--node-id` takes no more than the broker ids can hold.
+    assert_eq!(
+        u32::from(NodeId::MAX.0),
+        crate::storage::marker::NODE_ID_MAX
+    );
     for (node, core) in [(0, 0), (1, 0), (1, 5), (NodeId::MAX.0, u16::MAX)] {
         let place = Place {
             node: NodeId(node),
