@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::cluster::config::ClusterConfig;
 use crate::storage::{CompactionLimits, LogConfig};
 
 /// A commit round's flush takes 150-300 µs on the disks measured: a core that polls that
@@ -66,6 +67,10 @@ pub struct BrokerConfig {
     /// How long a core with nothing to run keeps polling its rings (yielding the CPU at each
     /// turn) before it sleeps; zero sleeps at once. See docs/LATENCY.md, (j).
     pub idle_poll: Duration,
+    /// This node's place in a cluster (`--cluster-listen`, `--cluster-peers`,
+    /// `--advertised-host`); `None` outside one. Checked at start, not yet acted on: see
+    /// docs/CLUSTER.md.
+    pub cluster: Option<ClusterConfig>,
 }
 
 /// The background compaction trigger.
@@ -109,6 +114,7 @@ impl Default for BrokerConfig {
             offsets_segment_bytes: 16 * 1024 * 1024,
             metrics_listen: None,
             idle_poll: IDLE_POLL_DEFAULT,
+            cluster: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::cluster::config::{ClusterConfig, ClusterFlags, Peer};
 use crate::config::{BrokerConfig, CompactionConfig, IDLE_POLL_DEFAULT, parse_idle_poll_us};
 use crate::limits::Limits;
 use crate::storage::{CompactionLimits, FsyncPolicy, LogConfig};
@@ -80,6 +81,33 @@ pub struct ServeArgs {
     #[arg(long, env = "PAGURUS_IDLE_POLL_US", default_value_t = IDLE_POLL_DEFAULT.as_micros() as u64,
           value_parser = parse_idle_poll_us)]
     pub idle_poll_us: u64,
+    /// Address this node listens on for its cluster peers (IP:PORT); needs --node-id and
+    /// --cluster-peers. Checked at start, not yet acted on (docs/CLUSTER.md).
+    #[arg(long, env = "PAGURUS_CLUSTER_LISTEN", value_name = "ADDR", value_parser = parse_address)]
+    pub cluster_listen: Option<SocketAddr>,
+    /// Every member of the cluster, this node included: ID=HOST:PORT,ID=HOST:PORT,... with
+    /// ids in 1..=32767 and each member's --cluster-listen port.
+    #[arg(long, env = "PAGURUS_CLUSTER_PEERS", value_name = "LIST", value_parser = parse_peers)]
+    pub cluster_peers: Option<PeerList>,
+    /// Host clients are told to reach this node at (a name or IP, no port); default: the
+    /// host of --listen. Needs the cluster flags.
+    #[arg(long, env = "PAGURUS_ADVERTISED_HOST", value_name = "HOST", value_parser = parse_advertised_host)]
+    pub advertised_host: Option<String>,
+}
+
+/// `--cluster-peers`' value: the whole list is one flag value (a bare `Vec` would make clap
+/// take the flag once per peer).
+#[derive(Debug, Clone)]
+pub struct PeerList(pub Vec<Peer>);
+
+fn parse_peers(s: &str) -> Result<PeerList, String> {
+    crate::cluster::config::parse_peers(s)
+        .map(PeerList)
+        .map_err(|e| e.to_string())
+}
+
+fn parse_advertised_host(s: &str) -> Result<String, String> {
+    crate::cluster::config::parse_advertised_host(s).map_err(|e| e.to_string())
 }
 
 /// `IP:PORT`, or `HOST:PORT` resolved: the first IPv4 address it has (what `localhost`
@@ -130,8 +158,9 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
 }
 
 impl ServeArgs {
-    pub fn config(&self) -> BrokerConfig {
-        BrokerConfig {
+    /// The broker's settings, or why the flags do not go together.
+    pub fn config(&self) -> Result<BrokerConfig, String> {
+        let config = BrokerConfig {
             data_dir: self.data_dir.clone(),
             node_id: self.node_id,
             listen: self.listen,
@@ -162,12 +191,23 @@ impl ServeArgs {
             metrics_listen: self.metrics_listen,
             idle_poll: Duration::from_micros(self.idle_poll_us),
             ..BrokerConfig::default()
+        };
+        let cluster = ClusterConfig::from_flags(ClusterFlags {
+            node_id: self.node_id,
+            listen: self.cluster_listen,
+            peers: self.cluster_peers.clone().map(|p| p.0),
+            advertised_host: self.advertised_host.clone(),
+        })
+        .map_err(|e| e.to_string())?;
+        if let Some(cluster) = &cluster {
+            cluster.check_ports(&config).map_err(|e| e.to_string())?;
         }
+        Ok(BrokerConfig { cluster, ..config })
     }
 }
 
 pub fn run(args: ServeArgs) -> Result<(), String> {
-    let config = args.config();
+    let config = args.config()?;
     preflight(&config)?;
     crate::server::serve(config).map_err(|e| e.to_string())
 }

@@ -4,6 +4,7 @@
 //! durable log and a state machine, and drives it without a runtime. Design as built:
 //! `docs/CLUSTER.md`.
 //!
+//! - [`config`]: the cluster flags of `serve`, checked into a [`config::ClusterConfig`].
 //! - [`wire`]: sans-IO node-to-node frames (hello, Raft messages), CRC-checked, bounded.
 //! - [`controller`]: the controller group: its durable Raft storage
 //!   ([`controller::raft_store`]), its metadata state machine ([`controller::state`]) and the
@@ -12,6 +13,7 @@
 //!
 //! Not wired yet: no socket, no shard and no server uses this module so far.
 
+pub mod config;
 pub mod controller;
 pub mod raft_log;
 pub mod wire;
