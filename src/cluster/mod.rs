@@ -9,13 +9,15 @@
 //! - [`controller`]: the controller group: its durable Raft storage
 //!   ([`controller::raft_store`]), its metadata state machine ([`controller::state`]) and the
 //!   deterministic driver around `RawNode` ([`controller::driver`]).
+//! - [`transport`]: node-to-node TCP on glommio: hellos, reconnection, per-group delivery.
 //! - [`raft_log`]: raft-rs logs through `slog`; this drain hands its records to `tracing`.
 //!
-//! Not wired yet: no socket, no shard and no server uses this module so far.
+//! Not wired yet: no shard and no server uses this module so far.
 
 pub mod config;
 pub mod controller;
 pub mod raft_log;
+pub mod transport;
 pub mod wire;
 
 use std::fmt;

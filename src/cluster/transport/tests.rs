@@ -1,0 +1,310 @@
+//! Real sockets on 127.0.0.1, every transport on one glommio executor.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::channels::local_channel::LocalReceiver;
+use raft::eraftpb::{Message, MessageType};
+
+use super::*;
+use crate::cluster::config::PeerAddr;
+use crate::cluster::wire::{CONTROLLER_GROUP, Hello};
+
+const CLUSTER: ClusterId = ClusterId([7; 16]);
+
+/// Runs `body` on a fresh executor, failing the test if it takes more than 30 s.
+fn run<F, Fut>(body: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            futures_lite::future::or(body(), async {
+                glommio::timer::sleep(Duration::from_secs(30)).await;
+                panic!("test timed out");
+            })
+            .await
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
+
+/// Free ports on 127.0.0.1 (bound then released) for `n` nodes, ids 1..=n.
+fn peers(n: u16) -> Vec<Peer> {
+    (1..=n)
+        .map(|id| {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            Peer {
+                node: NodeId(id),
+                addr: PeerAddr {
+                    host: "127.0.0.1".into(),
+                    port,
+                },
+            }
+        })
+        .collect()
+}
+
+fn listen(peer: &Peer) -> SocketAddr {
+    format!("127.0.0.1:{}", peer.addr.port).parse().unwrap()
+}
+
+fn config(me: u16, peers: &[Peer]) -> TransportConfig {
+    let at = peers.iter().find(|p| p.node == NodeId(me)).unwrap();
+    TransportConfig::new(CLUSTER, NodeId(me), listen(at), peers.to_vec())
+}
+
+fn start(me: u16, peers: &[Peer]) -> Transport {
+    Transport::start(config(me, peers)).unwrap()
+}
+
+fn message(from: u16, to: u16, index: u64) -> Message {
+    Message {
+        msg_type: MessageType::MsgAppend,
+        from: u64::from(from),
+        to: u64::from(to),
+        index,
+        ..Message::default()
+    }
+}
+
+async fn receive(rx: &LocalReceiver<Received>) -> Received {
+    futures_lite::future::or(async { rx.recv().await.expect("handler open") }, async {
+        glommio::timer::sleep(Duration::from_secs(10)).await;
+        panic!("no message within 10 s");
+    })
+    .await
+}
+
+/// Sends until one arrives: the link may still be connecting, or the queue to a peer that
+/// was down may have been written into a dead connection.
+async fn send_until_received(
+    from: &Transport,
+    me: u16,
+    to: u16,
+    rx: &LocalReceiver<Received>,
+) -> Received {
+    for index in 1.. {
+        let _ = from.send(NodeId(to), CONTROLLER_GROUP, &message(me, to, index));
+        let got = futures_lite::future::or(async { rx.recv().await }, async {
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+            None
+        })
+        .await;
+        if let Some(got) = got {
+            return got;
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn two_transports_exchange_messages() {
+    run(|| async {
+        let peers = peers(2);
+        let (a, b) = (start(1, &peers), start(2, &peers));
+        let (rx_a, rx_b) = (
+            a.register(CONTROLLER_GROUP, 64),
+            b.register(CONTROLLER_GROUP, 64),
+        );
+        for index in 1..=10 {
+            a.send(NodeId(2), CONTROLLER_GROUP, &message(1, 2, index))
+                .unwrap();
+        }
+        for index in 1..=10 {
+            let got = receive(&rx_b).await;
+            assert_eq!((got.from, got.group), (NodeId(1), CONTROLLER_GROUP));
+            assert_eq!(got.message, message(1, 2, index), "in order");
+        }
+        b.send(NodeId(1), CONTROLLER_GROUP, &message(2, 1, 99))
+            .unwrap();
+        assert_eq!(receive(&rx_a).await.message, message(2, 1, 99));
+        assert!(matches!(
+            a.send(NodeId(3), CONTROLLER_GROUP, &message(1, 3, 1)),
+            Err(TransportError::UnknownPeer { .. })
+        ));
+        assert_eq!(b.stats().delivered, 10);
+        assert_eq!(a.stats().written, 10);
+    });
+}
+
+#[test]
+fn three_transports_each_reach_the_other_two_and_groups_are_kept_apart() {
+    run(|| async {
+        let peers = peers(3);
+        let nodes: Vec<Transport> = (1..=3).map(|id| start(id, &peers)).collect();
+        let controller: Vec<_> = nodes
+            .iter()
+            .map(|t| t.register(CONTROLLER_GROUP, 64))
+            .collect();
+        let partition: Vec<_> = nodes.iter().map(|t| t.register(7, 64)).collect();
+        for from in 1..=3u16 {
+            for to in (1..=3u16).filter(|&to| to != from) {
+                let t = &nodes[usize::from(from - 1)];
+                t.send(NodeId(to), CONTROLLER_GROUP, &message(from, to, 1))
+                    .unwrap();
+                t.send(NodeId(to), 7, &message(from, to, 2)).unwrap();
+            }
+        }
+        for me in 1..=3u16 {
+            let i = usize::from(me - 1);
+            let mut froms = vec![
+                receive(&controller[i]).await.from.0,
+                receive(&controller[i]).await.from.0,
+            ];
+            froms.sort();
+            assert_eq!(froms, (1..=3).filter(|&f| f != me).collect::<Vec<_>>());
+            for _ in 0..2 {
+                let got = receive(&partition[i]).await;
+                assert_eq!((got.group, got.message.index), (7, 2));
+            }
+        }
+    });
+}
+
+#[test]
+fn a_peer_that_restarts_is_reconnected_to() {
+    run(|| async {
+        let peers = peers(2);
+        let a = start(1, &peers);
+        let b = start(2, &peers);
+        let rx_b = b.register(CONTROLLER_GROUP, 64);
+        send_until_received(&a, 1, 2, &rx_b).await;
+        drop((b, rx_b));
+        // The cancelled tasks close the listener and the connections when they next run.
+        glommio::timer::sleep(Duration::from_millis(200)).await;
+        let b = start(2, &peers);
+        let rx_b = b.register(CONTROLLER_GROUP, 64);
+        let got = send_until_received(&a, 1, 2, &rx_b).await;
+        assert_eq!(got.from, NodeId(1));
+        assert!(a.stats().connects >= 2, "{:?}", a.stats());
+    });
+}
+
+#[test]
+fn a_message_over_the_limit_is_not_sent() {
+    run(|| async {
+        let peers = peers(2);
+        let a = Transport::start(TransportConfig {
+            max_body_bytes: 64,
+            ..config(1, &peers)
+        })
+        .unwrap();
+        let big = Message {
+            context: vec![0; 100].into(),
+            ..message(1, 2, 1)
+        };
+        assert!(matches!(
+            a.send(NodeId(2), CONTROLLER_GROUP, &big),
+            Err(TransportError::Wire(WireError::FrameTooLarge { .. }))
+        ));
+    });
+}
+
+#[test]
+fn a_full_queue_drops_and_counts() {
+    run(|| async {
+        let peers = peers(2);
+        // Node 2 never starts: nothing drains the queue.
+        let a = Transport::start(TransportConfig {
+            queue_frames_max: 3,
+            ..config(1, &peers)
+        })
+        .unwrap();
+        for index in 1..=5 {
+            let _ = a.send(NodeId(2), CONTROLLER_GROUP, &message(1, 2, index));
+        }
+        let stats = a.stats();
+        assert_eq!((stats.queued, stats.dropped_queue_full), (3, 2));
+        glommio::timer::sleep(Duration::from_millis(300)).await;
+        assert!(a.stats().connect_failures >= 2, "retried: {:?}", a.stats());
+    });
+}
+
+/// A raw connection to `addr` that sends `hello`; returns what the transport answered
+/// before closing (or after 5 s).
+async fn raw_hello(addr: SocketAddr, hello: Hello, then: &[u8]) -> Vec<u8> {
+    let mut stream = glommio::net::TcpStream::connect(addr).await.unwrap();
+    let mut out = Vec::new();
+    wire::encode_hello(&hello, &mut out);
+    out.extend_from_slice(then);
+    stream.write_all(&out).await.unwrap();
+    let mut answer = Vec::new();
+    let read = futures_lite::future::or(
+        async {
+            let _ = stream.read_to_end(&mut answer).await;
+            true
+        },
+        async {
+            glommio::timer::sleep(Duration::from_secs(5)).await;
+            false
+        },
+    );
+    assert!(read.await, "the transport did not close the connection");
+    answer
+}
+
+#[test]
+fn an_unknown_node_or_another_cluster_is_refused() {
+    run(|| async {
+        let peers = peers(2);
+        let a = start(1, &peers);
+        let addr = a.local_addr();
+        let unknown = raw_hello(addr, Hello::new(CLUSTER, NodeId(9)), &[]).await;
+        assert!(unknown.is_empty(), "no hello back to an unknown node");
+        let other = raw_hello(addr, Hello::new(ClusterId([8; 16]), NodeId(2)), &[]).await;
+        assert!(other.is_empty(), "no hello back to another cluster");
+        let itself = raw_hello(addr, Hello::new(CLUSTER, NodeId(1)), &[]).await;
+        assert!(
+            itself.is_empty(),
+            "no hello back to a node claiming to be this one"
+        );
+        assert_eq!(a.stats().refused, 3);
+        assert_eq!(a.stats().delivered, 0);
+    });
+}
+
+#[test]
+fn a_frame_over_the_limit_closes_the_connection() {
+    run(|| async {
+        let peers = peers(2);
+        let a = Transport::start(TransportConfig {
+            max_body_bytes: 1024,
+            ..config(1, &peers)
+        })
+        .unwrap();
+        let rx = a.register(CONTROLLER_GROUP, 8);
+        // A header announcing 1 MiB: refused from the header, before any body is read.
+        let mut header = (1024 * 1024u32).to_be_bytes().to_vec();
+        header.extend_from_slice(&[2, 0, 0, 0, 0]);
+        let answer = raw_hello(a.local_addr(), Hello::new(CLUSTER, NodeId(2)), &header).await;
+        let (frame, used) = wire::decode(&answer, 1024).unwrap().expect("a hello back");
+        assert_eq!(frame, wire::Frame::Hello(Hello::new(CLUSTER, NodeId(1))));
+        assert_eq!(used, answer.len(), "nothing after the hello");
+        assert_eq!(a.stats().protocol_errors, 1);
+        drop(rx);
+    });
+}
+
+#[test]
+fn a_message_claiming_another_sender_closes_the_connection() {
+    run(|| async {
+        let peers = peers(3);
+        let a = start(1, &peers);
+        let rx = a.register(CONTROLLER_GROUP, 8);
+        let mut forged = Vec::new();
+        wire::encode_raft(CONTROLLER_GROUP, &message(3, 1, 1), 1024, &mut forged).unwrap();
+        raw_hello(a.local_addr(), Hello::new(CLUSTER, NodeId(2)), &forged).await;
+        assert_eq!(a.stats().protocol_errors, 1);
+        assert_eq!(a.stats().delivered, 0);
+        drop(rx);
+    });
+}
