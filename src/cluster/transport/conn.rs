@@ -36,6 +36,8 @@ pub(super) struct FrameReader {
     buf: Vec<u8>,
     len: usize,
     max_body_bytes: u32,
+    /// When the first byte of the frame being read arrived.
+    started: Option<std::time::Instant>,
 }
 
 impl FrameReader {
@@ -44,6 +46,7 @@ impl FrameReader {
             buf: vec![0; READ_CHUNK],
             len: 0,
             max_body_bytes,
+            started: None,
         }
     }
 
@@ -68,24 +71,33 @@ impl FrameReader {
                 self.buf.resize(self.len + needed, 0);
             }
             let read = stream.read(&mut self.buf[self.len..]);
-            let n = if self.len == 0 {
-                read.await?
-            } else {
-                within(frame_timeout, "the rest of a frame", async {
-                    Ok(read.await?)
-                })
-                .await?
+            let n = match self.started {
+                None => read.await?,
+                Some(started) => {
+                    // The whole frame within the timeout, not each read: a peer trickling
+                    // a byte at a time does not hold the connection.
+                    let left = frame_timeout.saturating_sub(started.elapsed());
+                    if left.is_zero() {
+                        return Err(ConnError::TimedOut {
+                            what: "the rest of a frame",
+                        });
+                    }
+                    within(left, "the rest of a frame", async { Ok(read.await?) }).await?
+                }
             };
             if n == 0 {
                 return Err(ConnError::Closed);
             }
             self.len += n;
+            self.started.get_or_insert_with(std::time::Instant::now);
         }
     }
 
     fn consume(&mut self, used: usize) {
         self.buf.copy_within(used..self.len, 0);
         self.len -= used;
+        // Bytes left over are the next frame's first, arrived now.
+        self.started = (self.len > 0).then(std::time::Instant::now);
         if self.buf.len() > READ_CHUNK && self.len <= READ_CHUNK {
             // Give back what one large frame took.
             self.buf.truncate(READ_CHUNK);

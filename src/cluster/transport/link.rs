@@ -49,7 +49,7 @@ pub(super) async fn link(inner: Rc<Inner>, peer: Peer) {
 
 /// `backoff_min` doubled per failure in a row, at most `backoff_max`, then a random share
 /// of half to all of it, so nodes restarted together do not retry in step.
-fn backoff(config: &TransportConfig, failures: u32, jitter: &mut Jitter) -> Duration {
+pub(super) fn backoff(config: &TransportConfig, failures: u32, jitter: &mut Jitter) -> Duration {
     let cap = config
         .backoff_min
         .saturating_mul(1 << failures.min(16))
@@ -62,10 +62,10 @@ fn backoff(config: &TransportConfig, failures: u32, jitter: &mut Jitter) -> Dura
 }
 
 /// splitmix64: spreads retries; no security depends on it.
-struct Jitter(u64);
+pub(super) struct Jitter(u64);
 
 impl Jitter {
-    fn new(salt: u64) -> Self {
+    pub(super) fn new(salt: u64) -> Self {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);

@@ -308,3 +308,79 @@ fn a_message_claiming_another_sender_closes_the_connection() {
         drop(rx);
     });
 }
+
+#[test]
+fn a_silent_connection_is_closed_at_the_hello_timeout_and_a_stalled_frame_at_the_frame_timeout() {
+    run(|| async {
+        let peers = peers(2);
+        let a = Transport::start(TransportConfig {
+            hello_timeout: Duration::from_millis(200),
+            frame_timeout: Duration::from_millis(300),
+            ..config(1, &peers)
+        })
+        .unwrap();
+        let silent_for = |mut stream: glommio::net::TcpStream| async move {
+            let started = std::time::Instant::now();
+            let mut answer = Vec::new();
+            let _ = stream.read_to_end(&mut answer).await;
+            (started.elapsed(), answer)
+        };
+        let stream = glommio::net::TcpStream::connect(a.local_addr())
+            .await
+            .unwrap();
+        let (waited, answer) = silent_for(stream).await;
+        assert!(answer.is_empty());
+        assert!(waited < Duration::from_secs(2), "closed after {waited:?}");
+        assert_eq!(a.stats().refused, 1);
+
+        // A good hello, then half a header: closed once the frame timeout passes.
+        let mut stream = glommio::net::TcpStream::connect(a.local_addr())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        wire::encode_hello(&Hello::new(CLUSTER, NodeId(2)), &mut out);
+        out.extend_from_slice(&[0, 0]);
+        stream.write_all(&out).await.unwrap();
+        let (waited, answer) = silent_for(stream).await;
+        assert!(!answer.is_empty(), "the hello back");
+        assert!(
+            (Duration::from_millis(250)..Duration::from_secs(2)).contains(&waited),
+            "closed after {waited:?}"
+        );
+    });
+}
+
+#[test]
+fn an_address_answered_by_another_node_is_not_used() {
+    run(|| async {
+        let mut peers = peers(3);
+        // Node 1's list sends node 2's messages to node 3's address.
+        let mut wrong = peers.clone();
+        wrong[1].addr = peers[2].addr.clone();
+        peers[1].addr.port = 1; // node 2 never starts
+        let a = start(1, &wrong);
+        let c = start(3, &peers);
+        let rx_c = c.register(CONTROLLER_GROUP, 8);
+        let _ = a.send(NodeId(2), CONTROLLER_GROUP, &message(1, 2, 1));
+        glommio::timer::sleep(Duration::from_millis(500)).await;
+        let stats = a.stats();
+        assert!(stats.connect_failures >= 1, "{stats:?}");
+        assert_eq!(stats.written, 0, "{stats:?}");
+        assert_eq!(c.stats().delivered, 0);
+        drop(rx_c);
+    });
+}
+
+#[test]
+fn backoff_doubles_from_the_minimum_to_the_cap_with_jitter() {
+    let config = config(1, &peers(2));
+    let mut jitter = link::Jitter::new(1);
+    for _ in 0..100 {
+        let first = link::backoff(&config, 0, &mut jitter);
+        assert!((Duration::from_millis(25)..=Duration::from_millis(50)).contains(&first));
+        let third = link::backoff(&config, 2, &mut jitter);
+        assert!((Duration::from_millis(100)..=Duration::from_millis(200)).contains(&third));
+        let capped = link::backoff(&config, 40, &mut jitter);
+        assert!((Duration::from_secs(1)..=Duration::from_secs(2)).contains(&capped));
+    }
+}
