@@ -41,12 +41,22 @@ pub(super) struct FrameReader {
 }
 
 impl FrameReader {
-    pub(super) fn new(max_body_bytes: u32) -> Self {
+    /// A reader for a connection's first frame, the hello: until it passed, nothing
+    /// larger is accepted, so a stranger cannot make this node allocate for a big frame.
+    pub(super) fn for_hello() -> Self {
         FrameReader {
-            buf: vec![0; READ_CHUNK],
+            buf: vec![0; wire::HEADER_LEN + wire::HELLO_BODY_LEN],
             len: 0,
-            max_body_bytes,
+            max_body_bytes: wire::HELLO_BODY_LEN as u32,
             started: None,
+        }
+    }
+
+    /// After the hello: frames up to `max_body_bytes`.
+    pub(super) fn accept_up_to(&mut self, max_body_bytes: u32) {
+        self.max_body_bytes = max_body_bytes;
+        if self.buf.len() < READ_CHUNK {
+            self.buf.resize(READ_CHUNK, 0);
         }
     }
 
@@ -176,7 +186,7 @@ pub(super) async fn accept_loop(inner: Rc<Inner>, listener: TcpListener) {
 async fn incoming(open: OpenGuard, mut stream: TcpStream, task: Rc<std::cell::Cell<Option<u64>>>) {
     let inner = Rc::clone(&open.0);
     let peer_addr = stream.peer_addr().ok();
-    let mut reader = FrameReader::new(inner.config.max_body_bytes);
+    let mut reader = FrameReader::for_hello();
     let hello = match greet(&inner, &mut stream, &mut reader).await {
         Ok(hello) => hello,
         Err(e) => {
@@ -231,6 +241,7 @@ async fn greet(
     tune_socket(stream)?;
     let hello = read_hello(inner, reader, stream).await?;
     write_hello(inner, stream).await?;
+    reader.accept_up_to(inner.config.max_body_bytes);
     Ok(hello)
 }
 

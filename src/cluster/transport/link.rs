@@ -90,7 +90,7 @@ async fn connect(inner: &Inner, peer: &Peer) -> Result<TcpStream, ConnError> {
         .map_err(std::io::Error::from)?;
     tune_socket(&stream)?;
     write_hello(inner, &mut stream).await?;
-    let mut reader = FrameReader::new(inner.config.max_body_bytes);
+    let mut reader = FrameReader::for_hello();
     let hello = read_hello(inner, &mut reader, &mut stream).await?;
     if hello.node != peer.node {
         return Err(ConnError::Protocol {

@@ -267,7 +267,16 @@ fn an_unknown_node_or_another_cluster_is_refused() {
             itself.is_empty(),
             "no hello back to a node claiming to be this one"
         );
-        assert_eq!(a.stats().refused, 3);
+        // A frame larger than a hello before the hello: refused from its header, nothing
+        // allocated for it.
+        let mut stream = glommio::net::TcpStream::connect(addr).await.unwrap();
+        let mut header = (1024 * 1024u32).to_be_bytes().to_vec();
+        header.extend_from_slice(&[2, 0, 0, 0, 0]);
+        stream.write_all(&header).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        assert!(answer.is_empty(), "no hello back to a big first frame");
+        assert_eq!(a.stats().refused, 4);
         assert_eq!(a.stats().delivered, 0);
     });
 }
