@@ -1,6 +1,6 @@
 //! Starts that cannot work fail at once with one clear line: a second broker on a port or
 //! a data directory in use, more cores than CPUs, a locked-memory limit glommio cannot run
-//! under.
+//! under, cluster flags that do not go together.
 
 mod common;
 
@@ -262,4 +262,76 @@ fn walk(root: &std::path::Path) -> Vec<String> {
     }
     out.sort();
     out
+}
+
+#[test]
+fn cluster_flags_that_do_not_go_together_are_refused_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let peers = "1=127.0.0.1:19100,2=127.0.0.1:19101";
+    for (extra, expected) in [
+        (
+            vec![
+                "--cluster-listen",
+                "127.0.0.1:19100",
+                "--cluster-peers",
+                peers,
+            ],
+            "--cluster-listen needs --node-id",
+        ),
+        (
+            vec![
+                "--node-id",
+                "3",
+                "--cluster-listen",
+                "127.0.0.1:19100",
+                "--cluster-peers",
+                peers,
+            ],
+            "does not name this node (3)",
+        ),
+        (
+            vec!["--node-id", "1", "--cluster-peers", peers],
+            "--cluster-peers needs --cluster-listen",
+        ),
+        (
+            vec![
+                "--node-id",
+                "1",
+                "--cluster-listen",
+                "127.0.0.1:19100",
+                "--cluster-peers",
+                "1=a:1,1=b:2",
+            ],
+            "names node 1 twice",
+        ),
+        (
+            vec![
+                "--node-id",
+                "1",
+                "--cluster-listen",
+                "127.0.0.1:19092",
+                "--cluster-peers",
+                peers,
+            ],
+            "port 19092 is already --listen's",
+        ),
+        (
+            vec![
+                "--node-id",
+                "1",
+                "--cluster-listen",
+                "127.0.0.1:19100",
+                "--cluster-peers",
+                "1=a:1,40000=b:2",
+            ],
+            "node id 40000 is not in 1..=32767",
+        ),
+    ] {
+        let stderr = serve(&data, "127.0.0.1:19092", &extra);
+        // One line says it (clap adds a hint line to its own refusals).
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(first.contains(expected), "{extra:?}: {stderr}");
+    }
+    assert!(!data.exists(), "refused before the data directory was made");
 }
