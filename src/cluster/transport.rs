@@ -21,6 +21,8 @@
 //! nothing flows for as long as the leader lives, and that silence is healthy.
 
 mod conn;
+#[cfg(test)]
+mod controller_tests;
 mod link;
 #[cfg(test)]
 mod tests;

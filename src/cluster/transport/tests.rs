@@ -15,7 +15,7 @@ use crate::cluster::wire::{CONTROLLER_GROUP, Hello};
 const CLUSTER: ClusterId = ClusterId([7; 16]);
 
 /// Runs `body` on a fresh executor, failing the test if it takes more than 30 s.
-fn run<F, Fut>(body: F)
+pub(super) fn run<F, Fut>(body: F)
 where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()> + 'static,
@@ -34,7 +34,7 @@ where
 }
 
 /// Free ports on 127.0.0.1 (bound then released) for `n` nodes, ids 1..=n.
-fn peers(n: u16) -> Vec<Peer> {
+pub(super) fn peers(n: u16) -> Vec<Peer> {
     (1..=n)
         .map(|id| {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -62,7 +62,7 @@ fn config(me: u16, peers: &[Peer]) -> TransportConfig {
     TransportConfig::new(CLUSTER, NodeId(me), listen(at), peers.to_vec())
 }
 
-fn start(me: u16, peers: &[Peer]) -> Transport {
+pub(super) fn start(me: u16, peers: &[Peer]) -> Transport {
     Transport::start(config(me, peers)).unwrap()
 }
 
