@@ -208,8 +208,15 @@ async fn incoming(open: OpenGuard, mut stream: TcpStream, task: Rc<std::cell::Ce
     if matches!(end, Err(ConnError::Wire(_) | ConnError::Protocol { .. })) {
         inner.count(|s| s.protocol_errors += 1);
     }
-    if let Err(e) = end {
-        tracing::warn!(peer = ?peer_addr, node = from.0, error = %e, "cluster peer connection closed");
+    match end {
+        // A peer that restarts or reconnects closes its old connection: not a fault.
+        Err(ConnError::Closed) => {
+            tracing::info!(peer = ?peer_addr, node = from.0, "cluster peer connection closed by the peer")
+        }
+        Err(e) => {
+            tracing::warn!(peer = ?peer_addr, node = from.0, error = %e, "cluster peer connection closed")
+        }
+        Ok(()) => {}
     }
     let mut by_node = inner.incoming.borrow_mut();
     if by_node.get(&from).copied() == task.get() {
