@@ -46,6 +46,7 @@ pub mod config;
 pub mod limits;
 pub mod metrics;
 pub mod protocol;
+pub mod security;
 pub mod server;
 pub mod shard;
 pub mod storage;
