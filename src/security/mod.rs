@@ -4,11 +4,15 @@
 //! - [`scram`]: SCRAM-SHA-256/512 (RFC 5802, RFC 7677), server and client, sans-IO; the
 //!   stored credential (salt, iterations, StoredKey, ServerKey; never the password).
 //! - [`plain`]: SASL PLAIN (RFC 4616) checked against a SCRAM credential.
+//! - [`users`]: the users file, `<data-dir>/security/users` (credentials, never passwords).
+//! - [`store`]: how the files under `<data-dir>/security/` are checked and written.
 //!
 //! Not wired into the sessions yet: docs/SECURITY.md says what is and what is not.
 
 pub mod plain;
 pub mod scram;
+pub mod store;
+pub mod users;
 
 /// Longest user name, in bytes (checked before anything is allocated for it).
 pub const USER_NAME_BYTES_MAX: usize = 255;
