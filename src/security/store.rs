@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use crate::storage::fs::{create_dir_durable, write_file_durable};
@@ -84,6 +85,10 @@ pub(crate) fn write_checked(data_dir: &Path, name: &str, body: &str) -> Result<(
         reason,
     };
     create_dir_durable(&dir).map_err(|e| io(&dir, e.to_string()))?;
+    // Only the broker's user may read credentials: StoredKey allows a dictionary attack on
+    // the password, ServerKey lets its holder pose as the server.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))
+        .map_err(|e| io(&dir, e.to_string()))?;
     let text = with_checksum(body);
     write_file_durable(&dir, name, text.as_bytes()).map_err(|e| io(&dir.join(name), e.to_string()))
 }
@@ -135,6 +140,8 @@ mod tests {
             "a 1\nb 2\n"
         );
         assert!(!sec.join("f.tmp").exists());
+        let mode = std::fs::metadata(&sec).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{mode:o}");
         write_checked(data, "f", "").unwrap();
         assert_eq!(read_checked(&sec, "f", 1024).unwrap().unwrap(), "");
         let whole = with_checksum("a 1\nb 2\n");

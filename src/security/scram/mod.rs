@@ -16,6 +16,8 @@
 pub mod client;
 mod message;
 pub mod server;
+
+pub use message::ClientFirst;
 #[cfg(test)]
 mod tests;
 
