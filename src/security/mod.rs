@@ -5,10 +5,13 @@
 //!   stored credential (salt, iterations, StoredKey, ServerKey; never the password).
 //! - [`plain`]: SASL PLAIN (RFC 4616) checked against a SCRAM credential.
 //! - [`users`]: the users file, `<data-dir>/security/users` (credentials, never passwords).
+//! - [`acl`]: Kafka's ACL model, the authorizer, the ACL file, and what each request of
+//!   each protocol needs.
 //! - [`store`]: how the files under `<data-dir>/security/` are checked and written.
 //!
 //! Not wired into the sessions yet: docs/SECURITY.md says what is and what is not.
 
+pub mod acl;
 pub mod plain;
 pub mod scram;
 pub mod store;

@@ -120,9 +120,61 @@ fn body_of(text: &str) -> Result<&str, String> {
     }
 }
 
+/// `field` with '%', whitespace and control bytes as `%XX`, so it is one space-free token.
+pub(crate) fn escape(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    for c in field.chars() {
+        if c == '%' || c.is_whitespace() || c.is_control() {
+            let mut buf = [0; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The inverse of [`escape`].
+pub(crate) fn unescape(field: &str) -> Result<String, String> {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = field
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad %-escape in {field:?}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| format!("{field:?} unescapes to bytes that are not UTF-8"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaping_round_trips() {
+        for field in ["plain", "with space", "50%", "tab\there", "ünï\u{0}x", ""] {
+            let escaped = escape(field);
+            assert!(
+                !escaped.contains(' ') && !escaped.contains('\t'),
+                "{escaped}"
+            );
+            assert_eq!(unescape(&escaped).unwrap(), field);
+        }
+        assert!(unescape("%zz").is_err());
+        assert!(unescape("%4").is_err());
+        assert!(unescape("%ff").is_err());
+    }
 
     #[test]
     fn a_checked_file_round_trips_and_damage_is_found() {
