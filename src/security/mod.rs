@@ -7,6 +7,8 @@
 //! - [`users`]: the users file, `<data-dir>/security/users` (credentials, never passwords).
 //! - [`acl`]: Kafka's ACL model, the authorizer, the ACL file, and what each request of
 //!   each protocol needs.
+//! - [`tls`]: certificates and keys checked at start, rustls server configurations, the
+//!   principal of a client certificate, kernel TLS detection and key extraction.
 //! - [`store`]: how the files under `<data-dir>/security/` are checked and written.
 //!
 //! Not wired into the sessions yet: docs/SECURITY.md says what is and what is not.
@@ -15,6 +17,7 @@ pub mod acl;
 pub mod plain;
 pub mod scram;
 pub mod store;
+pub mod tls;
 pub mod users;
 
 /// Longest user name, in bytes (checked before anything is allocated for it).
