@@ -9,11 +9,14 @@
 //!   each protocol needs.
 //! - [`tls`]: certificates and keys checked at start, rustls server configurations, the
 //!   principal of a client certificate, kernel TLS detection and key extraction.
+//! - [`listener`]: `NAME=SECURITY://HOST:PORT` listeners, their checks, and which wire
+//!   protocols each security protocol serves.
 //! - [`store`]: how the files under `<data-dir>/security/` are checked and written.
 //!
 //! Not wired into the sessions yet: docs/SECURITY.md says what is and what is not.
 
 pub mod acl;
+pub mod listener;
 pub mod plain;
 pub mod scram;
 pub mod store;
