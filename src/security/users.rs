@@ -3,7 +3,7 @@
 //! which unknown users' fake salts are derived. A checked text file ([`super::store`]):
 //!
 //! ```text
-//! # pagurus users: made by `pagurus users`; do not edit
+//! # users of a pagurus broker, written by its users command; do not edit
 //! format 1
 //! secret <base64 32 bytes>
 //! user <name> <mechanism> <iterations> <salt> <stored-key> <server-key>   (base64)
@@ -150,7 +150,7 @@ impl Users {
 
     fn encode(&self) -> String {
         let mut out = format!(
-            "# pagurus users: made by `pagurus users`; do not edit\nformat {FORMAT}\nsecret {}\n",
+            "# users of a pagurus broker, written by its users command; do not edit\nformat {FORMAT}\nsecret {}\n",
             b64(self.secret.as_bytes())
         );
         for (name, creds) in &self.users {

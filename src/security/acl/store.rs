@@ -2,7 +2,7 @@
 //! (see [`crate::security::store`]):
 //!
 //! ```text
-//! # pagurus ACLs: do not edit
+//! # ACLs of a pagurus broker; do not edit
 //! format 1
 //! acl <resource-type> <pattern-type> <name> <principal> <host> <operation> <permission>
 //! crc32c <hex of every byte above>
@@ -42,7 +42,7 @@ impl Acls {
     }
 
     fn encode(&self) -> String {
-        let mut out = format!("# pagurus ACLs: do not edit\nformat {FORMAT}\n");
+        let mut out = format!("# ACLs of a pagurus broker; do not edit\nformat {FORMAT}\n");
         for b in self.iter() {
             out.push_str(&format!(
                 "acl {} {} {} {} {} {} {}\n",

@@ -90,8 +90,22 @@ fn provider_with(suite: Option<SupportedCipherSuite>) -> Arc<CryptoProvider> {
 
 /// A client trusting the test CA, with alice's certificate if `as_alice`.
 fn client(pki: &Pki, suite: Option<SupportedCipherSuite>, as_alice: bool) -> Connection {
+    let alice = as_alice.then(|| pki.alice());
+    client_of(
+        &pki.ca_pem,
+        suite,
+        alice.as_ref().map(|(c, k)| (c.as_path(), k.as_path())),
+    )
+}
+
+/// A client trusting the CA in `ca_pem`, with the certificate and key at `identity` if any.
+fn client_of(
+    ca_pem: &str,
+    suite: Option<SupportedCipherSuite>,
+    identity: Option<(&Path, &Path)>,
+) -> Connection {
     let mut roots = RootCertStore::empty();
-    let ca = CertificateDer::from_pem_slice(pki.ca_pem.as_bytes()).unwrap();
+    let ca = CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap();
     roots.add(ca).unwrap();
     let versions = match suite {
         Some(s) => vec![s.version()],
@@ -101,14 +115,14 @@ fn client(pki: &Pki, suite: Option<SupportedCipherSuite>, as_alice: bool) -> Con
         .with_protocol_versions(&versions)
         .unwrap()
         .with_root_certificates(roots);
-    let mut config = if as_alice {
-        let (cert, key) = pki.alice();
-        let chain = read_certificates(&cert).unwrap();
-        builder
-            .with_client_auth_cert(chain, read_key(&key).unwrap())
-            .unwrap()
-    } else {
-        builder.with_no_client_auth()
+    let mut config = match identity {
+        Some((cert, key)) => {
+            let chain = read_certificates(cert).unwrap();
+            builder
+                .with_client_auth_cert(chain, read_key(key).unwrap())
+                .unwrap()
+        }
+        None => builder.with_no_client_auth(),
     };
     config.enable_secret_extraction = true;
     let name = ServerName::try_from("localhost").unwrap();
@@ -309,4 +323,61 @@ fn ktls_secrets_of_both_sides_match_for_tls13_and_tls12() {
     check_extraction(TLS13_CHACHA20_POLY1305_SHA256, 54, 56);
     check_extraction(TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, 51, 40);
     check_extraction(TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, 52, 56);
+}
+
+/// The shell block after `<!-- openssl setup -->` in docs/SECURITY.md.
+fn openssl_setup() -> String {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/SECURITY.md")).unwrap();
+    let after = doc
+        .split_once("<!-- openssl setup -->\n```sh\n")
+        .expect("the marker and a sh block")
+        .1;
+    after.split_once("```").unwrap().0.to_string()
+}
+
+#[test]
+fn the_openssl_setup_in_the_docs_loads() {
+    let have = std::process::Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have {
+        eprintln!("SKIPPED: openssl is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new("sh")
+        .args(["-e", "-c", &openssl_setup()])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let file = |name: &str| dir.path().join(name);
+    let config = TlsConfig::load(
+        &file("broker.pem"),
+        &file("broker.key"),
+        Some(&file("ca.pem")),
+    )
+    .unwrap();
+    let ca_pem = std::fs::read_to_string(file("ca.pem")).unwrap();
+    let (alice, alice_key) = (file("alice.pem"), file("alice.key"));
+    let mut c = client_of(&ca_pem, None, Some((&alice, &alice_key)));
+    let mut s: Connection =
+        rustls::ServerConnection::new(config.server_config(ClientAuth::Required).unwrap())
+            .unwrap()
+            .into();
+    pump(&mut c, &mut s).unwrap();
+    let peer = s.peer_certificates().unwrap();
+    assert_eq!(
+        principal_of_certificate(&peer[0]).unwrap().to_string(),
+        "User:CN=alice,OU=eng,O=example"
+    );
+    // The broker's key with alice's certificate is refused.
+    let error = TlsConfig::load(&alice, &file("broker.key"), None).unwrap_err();
+    assert!(matches!(error, TlsError::KeyMismatch { .. }), "{error}");
 }
