@@ -162,7 +162,7 @@ fn users_are_created_listed_deleted_and_log_in() {
 }
 
 #[test]
-fn bad_requests_are_refused_with_the_reason() {
+fn users_refuses_bad_requests_with_the_reason() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     let dir = data.to_str().unwrap();
@@ -237,7 +237,7 @@ fn a_damaged_users_file_is_refused() {
 }
 
 #[test]
-fn the_broker_starts_after_and_locks_out_the_command() {
+fn users_made_offline_then_the_broker_starts_and_locks_out_the_command() {
     let root = tempfile::tempdir().unwrap();
     let data = root.path().join("data");
     let dir = data.to_str().unwrap();
