@@ -31,6 +31,9 @@ pub fn parse_idle_poll_us(s: &str) -> Result<u64, String> {
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub data_dir: PathBuf,
+    /// This node's id in a cluster (`--node-id`), kept in the data directory's marker and
+    /// checked at every start; `None` for a one-node broker.
+    pub node_id: Option<u32>,
     pub listen: SocketAddr,
     /// Executors (one per core).
     pub cores: usize,
@@ -90,6 +93,7 @@ impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
             data_dir: PathBuf::from("pagurus-data"),
+            node_id: None,
             listen: "127.0.0.1:9092".parse().expect("valid address"),
             cores: 1,
             shard_ports: true,

@@ -28,6 +28,9 @@
 //!   `/metrics` endpoint, shutdown.
 //! - [`metrics`]: per-core counters ([`metrics::counters`]), histograms, snapshots, the
 //!   Prometheus text format.
+//! - [`cluster`]: nodes agreeing on metadata through a raft-rs controller group: the
+//!   node-to-node wire, the controller's durable Raft log, its state machine and driver
+//!   (not wired into the server yet; `docs/CLUSTER.md`).
 //! - [`client`]: the Rust client (sans-IO session, blocking and glommio transports).
 //! - `cli`, `bench` (cargo feature `cli`, on by default): the `pagurus` command line and
 //!   its load generator. A program that uses only the client turns default features off and
@@ -42,6 +45,7 @@ pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod limits;
 pub mod metrics;

@@ -174,6 +174,74 @@ fn a_data_dir_from_before_the_marker_is_adopted_with_its_data() {
     );
 }
 
+/// A cluster node's data directory keeps its node id from the first start: restarting it
+/// as another node, or as a one-node broker, is refused with what to do, and its data is
+/// left alone; a one-node broker's directory joins as the node it is first started as.
+#[test]
+fn a_data_dir_belongs_to_the_node_that_first_used_it() {
+    use pagurus::protocol::record::encode_batch;
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let mut broker = Broker::start_in(&data, 1, &[]);
+    broker
+        .client()
+        .produce("kept", 0, &[encode_batch(0, b"", b"before", 1)])
+        .unwrap();
+    assert!(broker.terminate().success());
+    let marker = std::fs::read_to_string(data.join("pagurus.meta")).unwrap();
+    assert!(!marker.contains("node_id"), "{marker}");
+
+    // The one-node directory becomes node 2's, with its data.
+    let mut node = Broker::start_in(&data, 1, &["--node-id", "2"]);
+    let fetched = node
+        .client()
+        .fetch("kept", 0, 0, 1 << 20, std::time::Duration::ZERO)
+        .unwrap();
+    assert_eq!(fetched.batches.len(), 1);
+    assert!(
+        node.log_text().contains("now belongs to this node"),
+        "{}",
+        node.log_text()
+    );
+    assert!(node.terminate().success());
+    let marker = std::fs::read_to_string(data.join("pagurus.meta")).unwrap();
+    assert!(marker.contains("node_id=2\n"), "{marker}");
+
+    let stderr = serve(
+        &data,
+        "127.0.0.1:0",
+        &["--no-shard-ports", "--node-id", "3"],
+    );
+    assert!(
+        stderr.contains("belongs to node 2 of a cluster, not to node 3; start it with --node-id 2"),
+        "{stderr}"
+    );
+    let stderr = serve(&data, "127.0.0.1:0", &["--no-shard-ports"]);
+    assert!(
+        stderr.contains("belongs to node 2 of a cluster; start it with --node-id 2"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(data.join("pagurus.meta")).unwrap(),
+        marker,
+        "a refused start leaves the marker as it was"
+    );
+    let stderr = serve(
+        &dir.path().join("fresh"),
+        "127.0.0.1:0",
+        &["--node-id", "0"],
+    );
+    assert!(stderr.contains("node id 0 is not in 1..=32767"), "{stderr}");
+
+    // Node 2 again: it serves what it kept.
+    node.restart();
+    let fetched = node
+        .client()
+        .fetch("kept", 0, 0, 1 << 20, std::time::Duration::ZERO)
+        .unwrap();
+    assert_eq!(fetched.batches.len(), 1);
+}
+
 /// Paths under `root`, relative, with `/`.
 fn walk(root: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();

@@ -15,6 +15,10 @@ pub struct ServeArgs {
     /// Directory holding topics, partitions and offsets.
     #[arg(long, env = "PAGURUS_DATA_DIR", default_value = "./pagurus-data")]
     pub data_dir: PathBuf,
+    /// This node's id in a cluster (1..=32767). The data directory keeps it from the
+    /// first start and is refused to any other id, or to a start without one.
+    #[arg(long, env = "PAGURUS_NODE_ID", value_parser = parse_node_id)]
+    pub node_id: Option<u32>,
     /// Address every core listens on (SO_REUSEPORT): IP:PORT, or HOST:PORT resolved at
     /// start (its first IPv4 address, else its first).
     #[arg(long, env = "PAGURUS_LISTEN", default_value = "127.0.0.1:9092", value_parser = parse_address)]
@@ -102,6 +106,18 @@ fn parse_address(s: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{s:?} resolves to no address"))
 }
 
+fn parse_node_id(s: &str) -> Result<u32, String> {
+    use crate::storage::marker::NODE_ID_MAX;
+    let id: u32 = s
+        .parse()
+        .map_err(|e| format!("{s:?} is not a node id: {e}"))?;
+    if (1..=NODE_ID_MAX).contains(&id) {
+        Ok(id)
+    } else {
+        Err(format!("node id {id} is not in 1..={NODE_ID_MAX}"))
+    }
+}
+
 fn parse_ratio(s: &str) -> Result<f64, String> {
     let ratio: f64 = s
         .parse()
@@ -117,6 +133,7 @@ impl ServeArgs {
     pub fn config(&self) -> BrokerConfig {
         BrokerConfig {
             data_dir: self.data_dir.clone(),
+            node_id: self.node_id,
             listen: self.listen,
             cores: self.cores,
             shard_ports: !self.no_shard_ports,

@@ -53,6 +53,79 @@ impl BatchTrust {
     }
 }
 
+/// A batch in two pieces stored one after the other: its head (the 29-byte header and the
+/// key; for a batch that arrived whole, all of it) and its tail (the rest of the payload).
+/// The Kafka front-end builds the header of a RecordBatch that stays where it arrived, in
+/// the request, so storage copies each byte once, into the log's pending buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct BatchParts<'a> {
+    pub head: &'a [u8],
+    pub tail: &'a [u8],
+}
+
+impl<'a> BatchParts<'a> {
+    /// A batch that is all in one piece.
+    pub fn whole(batch: &'a [u8]) -> BatchParts<'a> {
+        BatchParts {
+            head: batch,
+            tail: &[],
+        }
+    }
+
+    /// Bytes of the whole batch.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// True for no bytes at all (never a valid batch).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The header and checks of [`check`], over both pieces: the whole batch is here, and
+    /// a tail only ever follows a head that is exactly the header and the key.
+    pub fn check(&self, limits: &Limits) -> Result<BatchHeader, RecordError> {
+        if self.tail.is_empty() {
+            return check(self.head, limits);
+        }
+        let header = BatchHeader::decode(self.head, limits)?;
+        let head_bytes = HEADER_LEN + header.key_len as usize;
+        if self.head.len() != head_bytes || header.batch_len() != self.len() {
+            return Err(RecordError::BadParts {
+                head_bytes: self.head.len(),
+                batch_bytes: self.len(),
+            });
+        }
+        Ok(header)
+    }
+
+    /// CRC32C of the whole batch, as [`batch_crc`] of it in one piece.
+    pub fn crc(&self) -> u32 {
+        crc32c::crc32c_append(crc32c::crc32c(self.head), self.tail)
+    }
+
+    /// The payload of a checked batch whose payload is all in one piece: the tail, or the
+    /// end of the head.
+    fn payload(&self, header: &BatchHeader) -> &'a [u8] {
+        if self.tail.is_empty() {
+            payload_of(self.head, header)
+        } else {
+            self.tail
+        }
+    }
+
+    /// [`format_of`] the whole batch.
+    pub fn format(&self, header: &BatchHeader) -> BatchFormat {
+        if header.key_len == 0
+            && crate::protocol::kafka::batch::is_whole_batch(self.payload(header))
+        {
+            BatchFormat::Kafka
+        } else {
+            BatchFormat::Native
+        }
+    }
+}
+
 /// The format of a checked batch: Kafka when its key is empty and its payload is exactly
 /// one valid RecordBatch v2 (so a recovery scan finds the same format staging recorded).
 pub fn format_of(batch: &[u8], header: &BatchHeader) -> BatchFormat {
@@ -71,6 +144,13 @@ pub enum RecordError {
     /// Not an error of the batch: the buffer holds `needed` bytes too few so far.
     #[error("incomplete batch: {needed} more bytes needed")]
     Incomplete { needed: usize },
+    #[error(
+        "a batch in two pieces must have exactly its header and key first ({head_bytes} of {batch_bytes} bytes)"
+    )]
+    BadParts {
+        head_bytes: usize,
+        batch_bytes: usize,
+    },
     #[error("bad magic byte {found:#04x} (expected 0x01)")]
     BadMagic { found: u8 },
     #[error("key of {size_bytes} bytes exceeds the limit of {limit_bytes}")]
@@ -221,6 +301,58 @@ fn be_u32(buf: &[u8], at: usize) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A Kafka RecordBatch stored behind a header made for it, given in two pieces, checks,
+    /// sums and classifies as the same batch in one piece; a split anywhere else is refused.
+    #[test]
+    fn a_batch_in_two_pieces_is_the_batch_in_one() {
+        let limits = Limits::default();
+        let native = encode_batch(5_000_000, b"", b"one\ntwo", 2);
+        let mut record_batch = Vec::new();
+        crate::protocol::kafka::convert::native_to_record_batch(
+            &native,
+            &limits,
+            &mut record_batch,
+        )
+        .unwrap();
+        let mut whole = encode_batch(5_000_000, b"", &record_batch, 2);
+        set_offset(&mut whole, 9);
+        let (head, tail) = whole.split_at(HEADER_LEN);
+        let parts = BatchParts { head, tail };
+        let header = parts.check(&limits).unwrap();
+        assert_eq!(header, check(&whole, &limits).unwrap());
+        assert_eq!(parts.len(), whole.len());
+        assert_eq!(parts.crc(), batch_crc(&whole));
+        assert_eq!(parts.format(&header), BatchFormat::Kafka);
+        assert_eq!(parts.format(&header), format_of(&whole, &header));
+        let one = BatchParts::whole(&whole);
+        assert_eq!(one.check(&limits).unwrap(), header);
+        assert_eq!(one.crc(), batch_crc(&whole));
+        // A head that is not exactly header and key, or a tail of the wrong length.
+        let (short, rest) = whole.split_at(HEADER_LEN - 1);
+        assert!(
+            BatchParts {
+                head: short,
+                tail: rest
+            }
+            .check(&limits)
+            .is_err()
+        );
+        let (long, rest) = whole.split_at(HEADER_LEN + 1);
+        assert!(matches!(
+            BatchParts {
+                head: long,
+                tail: rest
+            }
+            .check(&limits),
+            Err(RecordError::BadParts { .. })
+        ));
+        let cut = &tail[..tail.len() - 1];
+        assert!(matches!(
+            BatchParts { head, tail: cut }.check(&limits),
+            Err(RecordError::BadParts { .. })
+        ));
+    }
 
     #[test]
     fn round_trip() {

@@ -122,7 +122,7 @@ async fn producer(
     else {
         return Ok(());
     };
-    let meta = match shard.topic_on_demand(topic.as_bytes()).await {
+    let meta = match shard.topic_used(&session.used, topic.as_bytes()).await {
         Ok(meta) => meta,
         Err(failure) => {
             count_request(&session, PRODUCE);
@@ -207,11 +207,7 @@ impl Frontend for HermitProducer {
 
     async fn start(&self, session: &Rc<Session>, batch: &[u8]) -> Started<ProducerPending> {
         let shard = &session.shard;
-        let pending = if deleted_since(shard, &self.meta) {
-            // v1 has no error frame, and an 0xFF would invite a retry that creates the
-            // topic again: the connection ends, as the delete asks.
-            ProducerPending::Deleted
-        } else if self.partition >= self.meta.partitions {
+        let pending = if self.partition >= self.meta.partitions {
             debug!(
                 topic = self.topic,
                 partition = self.partition,
@@ -229,6 +225,10 @@ impl Frontend for HermitProducer {
                 .await
             {
                 Ok(produce) => ProducerPending::Produce(produce),
+                // The topic this connection opened was deleted (or deleted and made again,
+                // another topic). v1 has no error frame, and an 0xFF would invite a retry
+                // that creates the topic again: the connection ends, as the delete asks.
+                Err(ShardError::DeletedWhileUsed { .. }) => ProducerPending::Deleted,
                 Err(failure) => {
                     warn!(topic = self.topic, partition = self.partition, error = %failure, "HermitMQ append failed; 0xFF sent");
                     ProducerPending::Refused(code_of(&failure))
@@ -281,15 +281,6 @@ impl Frontend for HermitProducer {
     }
 }
 
-/// True when the topic this connection was opened on is gone (deleted, or deleted and made
-/// again, which is another topic). Checked right before the call that would create it on
-/// demand, with no await between, so a delete wins (see `shard::used`).
-fn deleted_since(shard: &Shard, meta: &Rc<TopicMeta>) -> bool {
-    shard
-        .topic(&meta.name)
-        .is_none_or(|current| current.id != meta.id)
-}
-
 /// Counts and logs a client that stopped reading what it is sent.
 fn write_stalled(shard: &Shard, error: io::Error) -> io::Error {
     if error.kind() == io::ErrorKind::TimedOut {
@@ -322,7 +313,7 @@ async fn consumer(
     else {
         return Ok(());
     };
-    let meta = match shard.topic_on_demand(topic.as_bytes()).await {
+    let meta = match shard.topic_used(&session.used, topic.as_bytes()).await {
         Ok(meta) if partition < meta.partitions => meta,
         refused => {
             let code = refused.map_or_else(|f| code_of(&f), |_| ErrorCode::UnknownPartition);
@@ -361,16 +352,6 @@ async fn consumer(
     let mut probe = [0u8; 1];
     let mut out = Outbox::default();
     loop {
-        if deleted_since(shard, &meta) {
-            count_error(session, CONSUME, ErrorCode::UnknownTopic);
-            warn!(
-                group,
-                topic,
-                partition,
-                "topic deleted while this HermitMQ consumer read it; connection closed"
-            );
-            return Ok(());
-        }
         let call = Fetch {
             topic: topic.clone(),
             partition,
@@ -399,6 +380,16 @@ async fn consumer(
                 // Out of range: behind retention, skip to the oldest; past the end, wait there.
                 offset = if offset < earliest { earliest } else { latest };
                 continue;
+            }
+            Wake::Data(Err(ShardError::DeletedWhileUsed { .. })) => {
+                count_error(session, CONSUME, ErrorCode::UnknownTopic);
+                warn!(
+                    group,
+                    topic,
+                    partition,
+                    "topic deleted while this HermitMQ consumer read it; connection closed"
+                );
+                return Ok(());
             }
             Wake::Data(Err(failure)) => {
                 count_error(session, CONSUME, code_of(&failure));
@@ -454,7 +445,13 @@ async fn commit(session: &Session, buf: &mut ReadBuf, deadline: Instant) -> io::
     };
     count_request(session, COMMIT);
     match shard
-        .commit_offset(group.as_bytes(), topic.as_bytes(), partition, offset)
+        .commit_offset(
+            &session.used,
+            group.as_bytes(),
+            topic.as_bytes(),
+            partition,
+            offset,
+        )
         .await
     {
         Ok(()) => write_all(stream, &[hermit::COMMIT_DONE]).await,

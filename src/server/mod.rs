@@ -96,6 +96,8 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
     // files, or of a newer format, is refused as it is.
     let marked = crate::storage::marker::check_and_mark(&config.data_dir)
         .map_err(|e| ServeError::NotDataDir(e.to_string()))?;
+    let node = crate::storage::marker::check_node(&config.data_dir, config.node_id)
+        .map_err(|e| ServeError::NotDataDir(e.to_string()))?;
     // Absolute from here on: glommio's directory handles fail on relative paths ("Bad file
     // descriptor" opening a partition directory on a core other than the first).
     config.data_dir =
@@ -114,7 +116,8 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
     }
     let cores = config.cores;
     info!(pid = std::process::id(), cores, data_dir = %config.data_dir.display(), fsync = %config.log.fsync, idle_poll_us = config.idle_poll.as_micros() as u64, "pagurus starting");
-    log_marked(&config.data_dir, marked);
+    marked.log(&config.data_dir);
+    node.log(&config.data_dir);
     let config = Arc::new(config.clone());
     let mesh = MeshBuilder::<Envelope, _>::full(cores, MESH_CHANNEL_CAPACITY);
     let barriers = Barriers {
@@ -184,25 +187,6 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         info!("broker stopped cleanly");
     }
     result
-}
-
-/// Says what start-up found in the data directory.
-fn log_marked(data_dir: &std::path::Path, marked: crate::storage::marker::Marked) {
-    use crate::storage::marker::{MARKER_FILE, Marked};
-    let data_dir = data_dir.display();
-    match marked {
-        Marked::New => info!(%data_dir, "new data directory; {MARKER_FILE} written"),
-        Marked::Adopted => {
-            warn!(%data_dir, "data directory from before {MARKER_FILE} (only pagurus's own entries); adopted and marked")
-        }
-        Marked::Known { format, created_ns } => {
-            info!(%data_dir, format, created_ns, "data directory")
-        }
-        Marked::Upgraded { from, created_ns } => {
-            warn!(%data_dir, from, to = crate::storage::marker::FORMAT_VERSION, created_ns,
-                "data directory of an older format: read as it is, marked with this one (older brokers now refuse it)")
-        }
-    }
 }
 
 /// Binds the metrics address now, so a bad or busy one fails the start with a clear error.

@@ -19,17 +19,19 @@ use crate::protocol::native::OffsetSpec;
 use crate::protocol::record::{self, BatchFormat};
 use crate::server::sendfile::{open_segment, read_range};
 use crate::shard::calls::Fetch;
+use crate::shard::used::UsedTopics;
 use crate::shard::{Shard, ShardError};
 
 /// The offset `spec` names in a partition: as `Shard::list_offsets`, and for a timestamp the
 /// first record at or after it.
 pub async fn list_offsets(
     shard: &Rc<Shard>,
+    used: &UsedTopics,
     topic: &[u8],
     partition: u32,
     spec: OffsetSpec,
 ) -> Result<u64, ShardError> {
-    let offset = shard.list_offsets(topic, partition, spec).await?;
+    let offset = shard.list_offsets(used, topic, partition, spec).await?;
     let OffsetSpec::Timestamp(at_ns) = spec else {
         return Ok(offset);
     };

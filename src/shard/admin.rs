@@ -18,6 +18,7 @@ use crate::shard::calls::{
     Run,
 };
 use crate::shard::topics::{self, TopicMeta};
+use crate::shard::used::UsedTopics;
 use crate::shard::{Shard, ShardError};
 
 impl Shard {
@@ -49,7 +50,7 @@ impl Shard {
     /// pass here, so the rule is kept in one place.
     pub async fn topic_used(
         self: &Rc<Self>,
-        used: &crate::shard::used::UsedTopics,
+        used: &UsedTopics,
         name: &[u8],
     ) -> Result<Rc<TopicMeta>, ShardError> {
         used.check(self, name)?;
@@ -72,13 +73,20 @@ impl Shard {
     }
 
     /// Creates a topic from a client's request (on any core; forwarded to the controller).
+    /// The connection knows the name afterwards, whatever the outcome: it may use the new
+    /// topic even if it used an older one of that name (`shard::used`).
     pub async fn create_topic(
         self: &Rc<Self>,
+        used: &UsedTopics,
         name: &[u8],
         settings: &TopicSettings,
     ) -> Result<(), ShardError> {
-        let name = self.valid_name(name, "topic")?;
-        self.create_via_controller(name, settings, false).await
+        let created = match self.valid_name(name, "topic") {
+            Ok(valid) => self.create_via_controller(valid, settings, false).await,
+            Err(e) => Err(e),
+        };
+        used.forget(self, name);
+        created
     }
 
     async fn create_via_controller(
@@ -97,12 +105,20 @@ impl Shard {
         self.route(self.placement().controller(), call).await
     }
 
-    pub async fn delete_topic(self: &Rc<Self>, name: &[u8]) -> Result<(), ShardError> {
-        let name = self.valid_name(name, "topic")?;
+    /// Deletes a topic (forwarded to the controller). The connection that deleted it may
+    /// create the name again (`shard::used`).
+    pub async fn delete_topic(
+        self: &Rc<Self>,
+        used: &UsedTopics,
+        name: &[u8],
+    ) -> Result<(), ShardError> {
+        let valid = self.valid_name(name, "topic")?;
         let call = DeleteTopic {
-            name: name.to_string(),
+            name: valid.to_string(),
         };
-        self.route(self.placement().controller(), call).await
+        let deleted = self.route(self.placement().controller(), call).await;
+        used.forget(self, name);
+        deleted
     }
 
     /// Changes an existing topic's settings (on any core; forwarded to the controller).

@@ -18,7 +18,7 @@ use tracing::warn;
 
 use crate::metrics::counters::Metrics;
 use crate::protocol::native::{OffsetSpec, ProduceBatches};
-use crate::protocol::record;
+use crate::protocol::record::{self, BatchParts};
 use crate::shard::admin::check_partition;
 use crate::shard::calls::{
     Fetch, ListOffsets, PartitionState, PartitionStates, Produce, Produced, Run, SendPlan,
@@ -26,7 +26,7 @@ use crate::shard::calls::{
 use crate::shard::idempotence::{IdempotentBatch, Settle};
 use crate::shard::mesh::InFlight;
 use crate::shard::placement::Place;
-use crate::shard::staging::{stage_all, stage_one};
+use crate::shard::staging::{stage_all, stage_kafka_admitted, stage_one};
 use crate::shard::topics::TopicMeta;
 use crate::shard::used::UsedTopics;
 use crate::shard::{Hop, Shard, ShardError};
@@ -42,12 +42,49 @@ pub enum Batches<'a> {
     Checked(ProduceBatches<'a>),
     /// One batch whose CRC the broker computes (HermitMQ v1 sends none).
     Single(&'a [u8]),
-    /// Kafka RecordBatches as pagurus batches, with the idempotence fields of each when the
-    /// producer is idempotent (checked and remembered on the owner, `shard::idempotence`).
+    /// Kafka RecordBatches where they arrived, each with the pagurus header made for it,
+    /// with the idempotence fields of each when the producer is idempotent (checked and
+    /// remembered on the owner, `shard::idempotence`).
     Kafka {
-        batches: ProduceBatches<'a>,
+        batches: &'a [KafkaBatch<'a>],
         producers: &'a [IdempotentBatch],
     },
+}
+
+/// A Kafka RecordBatch v2 whose CRC the front-end checked, still in the request it came in,
+/// and the header it is stored under (empty key, the RecordBatch as payload): storage copies
+/// the two into the log one after the other, so the RecordBatch is copied once.
+#[derive(Debug, Clone, Copy)]
+pub struct KafkaBatch<'a> {
+    pub header: [u8; record::HEADER_LEN],
+    pub record_batch: &'a [u8],
+}
+
+impl<'a> KafkaBatch<'a> {
+    pub fn parts(&self) -> BatchParts<'_> {
+        BatchParts {
+            head: &self.header,
+            tail: self.record_batch,
+        }
+    }
+}
+
+/// The stored batches of a Kafka produce, as staging takes them.
+fn kafka_parts<'b>(batches: &'b [KafkaBatch<'_>]) -> impl Iterator<Item = BatchParts<'b>> + Clone {
+    batches.iter().map(KafkaBatch::parts)
+}
+
+/// `(crc, batch)` pairs as the mesh and [`Produce`] carry them (a copy: the batches cross
+/// to another core), the CRC fields unset (`BatchSource::Kafka`).
+fn kafka_pairs(batches: &[KafkaBatch<'_>]) -> Bytes {
+    let bytes = batches.iter().map(|b| 4 + b.parts().len()).sum();
+    let mut pairs = Vec::with_capacity(bytes);
+    for batch in batches {
+        pairs.extend_from_slice(&[0; 4]);
+        pairs.extend_from_slice(&batch.header);
+        pairs.extend_from_slice(batch.record_batch);
+    }
+    pairs.into()
 }
 
 /// Who checked the `(crc, batch)` pairs of a produce.
@@ -134,16 +171,18 @@ impl Shard {
             };
             let mut settle = None;
             let (base_offset, last) = match batches {
-                Batches::Checked(batches) => {
-                    stage_all(&log, batches, BatchSource::Client, &self.metrics).await?
-                }
+                Batches::Checked(batches) => stage_all(&log, batches, &self.metrics).await?,
                 Batches::Kafka {
                     batches,
                     producers: [],
-                } => stage_all(&log, batches, BatchSource::Kafka, &self.metrics).await?,
+                } => {
+                    stage_kafka_admitted(&log, kafka_parts(batches), &self.metrics, || Ok(()))
+                        .await?
+                }
                 Batches::Kafka { batches, producers } => {
+                    let parts = kafka_parts(batches);
                     let (base_offset, last, staged) = self
-                        .stage_idempotent(&log, &meta.name, partition, batches, producers)
+                        .stage_idempotent(&log, &meta.name, partition, parts, producers)
                         .await?;
                     settle = Some(staged);
                     (base_offset, last)
@@ -175,8 +214,9 @@ impl Shard {
             Batches::Kafka { batches, producers } => Produce {
                 topic: meta.name.clone(),
                 partition,
-                count: batches.count,
-                batches: Bytes::copy_from_slice(batches.as_bytes()),
+                count: u32::try_from(batches.len())
+                    .expect("a request's batches are counted in u32"),
+                batches: kafka_pairs(batches),
                 source: BatchSource::Kafka,
                 producers: producers.to_vec(),
             },
@@ -263,14 +303,21 @@ impl Shard {
         self.route(owner, fetch).await
     }
 
-    /// The earliest, latest, or first-at-a-timestamp offset of a partition.
+    /// The earliest, latest, or first-at-a-timestamp offset of a partition. A topic the
+    /// connection used that was deleted since is refused, as its fetches are (a group member
+    /// placing itself after a rebalance is told so, not just "unknown topic"); a topic it
+    /// lists counts as used.
     pub async fn list_offsets(
         self: &Rc<Self>,
+        used: &UsedTopics,
         topic: &[u8],
         partition: u32,
         spec: OffsetSpec,
     ) -> Result<u64, ShardError> {
+        used.check(self, topic)?;
         let topic = self.valid_name(topic, "topic")?.to_string();
+        self.known_partition(&topic, partition)?;
+        used.record(self, topic.as_bytes());
         let owner = self.placement().owner(&topic, partition);
         let call = ListOffsets {
             topic,
@@ -467,9 +514,14 @@ impl Shard {
         let log = self.owned_log(&produce.topic, produce.partition)?;
         let limits = self.config.log.limits;
         let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
+        let parts = batches.iter().map(|(_, batch)| BatchParts::whole(batch));
+        if produce.source == BatchSource::Client {
+            let (base_offset, last) = stage_all(&log, batches, &self.metrics).await?;
+            return Ok((log, base_offset, last, None));
+        }
         if produce.producers.is_empty() {
             let (base_offset, last) =
-                stage_all(&log, batches, produce.source, &self.metrics).await?;
+                stage_kafka_admitted(&log, parts, &self.metrics, || Ok(())).await?;
             return Ok((log, base_offset, last, None));
         }
         let (base_offset, last, settle) = self
@@ -477,7 +529,7 @@ impl Shard {
                 &log,
                 &produce.topic,
                 produce.partition,
-                batches,
+                parts,
                 &produce.producers,
             )
             .await?;

@@ -4,6 +4,7 @@
 use std::rc::Rc;
 
 use crate::shard::calls::{CommitOffset, FetchOffset, GroupOffset, GroupOffsets, Run};
+use crate::shard::used::UsedTopics;
 use crate::shard::{Shard, ShardError, offsets};
 
 /// One partition of a described group.
@@ -27,13 +28,17 @@ impl Shard {
     /// generation (a consumer that picks its partitions itself, an admin tool): refused
     /// while the group has members, whose commits are fenced by their generation
     /// ([`Shard::commit_offsets_fenced`]).
+    /// A connection that used a topic deleted since must not leave offsets for it behind:
+    /// refused (`shard::used`).
     pub async fn commit_offset(
         self: &Rc<Self>,
+        used: &UsedTopics,
         group: &[u8],
         topic: &[u8],
         partition: u32,
         offset: u64,
     ) -> Result<(), ShardError> {
+        used.check(self, topic)?;
         let name = self.valid_name(group, "group")?;
         self.check_commit(name, "", -1)
             .await

@@ -28,8 +28,7 @@ use tracing::{info, warn};
 
 use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::batch;
-use crate::protocol::native::ProduceBatches;
-use crate::protocol::record::{self, BatchFormat};
+use crate::protocol::record::{self, BatchFormat, BatchParts};
 use crate::shard::producers::{ProducerBatch, ProducerTable, SequenceError, Settlement, Verdict};
 use crate::shard::staging::stage_kafka_admitted;
 use crate::shard::{Shard, ShardError};
@@ -114,12 +113,12 @@ impl Shard {
     /// with their offsets (and the original's ticket while it is in flight) and not stored
     /// again; out-of-sequence batches and older epochs are refused; the rest are staged as
     /// one run and remembered with their tickets.
-    pub(crate) async fn stage_idempotent(
+    pub(crate) async fn stage_idempotent<'b>(
         &self,
         log: &Rc<PartitionLog>,
         topic: &str,
         partition: u32,
-        batches: ProduceBatches<'_>,
+        batches: impl Iterator<Item = BatchParts<'b>> + Clone,
         producers: &[IdempotentBatch],
     ) -> Result<(u64, Ticket, Settle), ShardError> {
         let state = self.producer_partition(topic, partition);

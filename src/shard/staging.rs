@@ -6,9 +6,8 @@ use std::rc::Rc;
 
 use crate::metrics::counters::Metrics;
 use crate::protocol::native::ProduceBatches;
-use crate::protocol::record::BatchTrust;
+use crate::protocol::record::{BatchParts, BatchTrust};
 use crate::shard::ShardError;
-use crate::shard::data::BatchSource;
 use crate::storage::{PartitionLog, StorageError, Ticket};
 
 /// Stages one batch whose CRC the broker computes (HermitMQ v1), counting it like
@@ -29,56 +28,56 @@ pub(crate) async fn stage_one(
     Ok((ticket.base_offset, ticket))
 }
 
-/// Stages every batch of a produce request on `log` as one contiguous run (all validated,
-/// CRCs included, before any is staged: a request is stored whole or not at all, so a
-/// client retrying an error never duplicates part of it). Returns the first offset and the
-/// last batch's ticket; committing it commits them all.
+/// Stages every batch of a client's produce request on `log` as one contiguous run (all
+/// validated, CRCs included, before any is staged: a request is stored whole or not at all,
+/// so a client retrying an error never duplicates part of it). Returns the first offset and
+/// the last batch's ticket; committing it commits them all.
 pub async fn stage_all(
     log: &Rc<PartitionLog>,
     batches: ProduceBatches<'_>,
-    source: BatchSource,
     metrics: &Metrics,
 ) -> Result<(u64, Ticket), ShardError> {
-    let staged = match source {
-        BatchSource::Client if batches.count == 1 => {
-            let (crc, batch) = batches.iter().next().expect("one batch");
-            log.stage(batch, Some(crc))
-                .await
-                .map(|t| (t.base_offset, t))
-        }
-        BatchSource::Client => {
-            log.stage_many(
-                batches
-                    .iter()
-                    .map(|(crc, batch)| (BatchTrust::ProducerCrc(crc), batch)),
-            )
+    let staged = if batches.count == 1 {
+        let (crc, batch) = batches.iter().next().expect("one batch");
+        log.stage(batch, Some(crc))
             .await
-        }
-        BatchSource::Kafka => return stage_kafka_admitted(log, batches, metrics, || Ok(())).await,
+            .map(|t| (t.base_offset, t))
+    } else {
+        log.stage_many(
+            batches
+                .iter()
+                .map(|(crc, batch)| (BatchTrust::ProducerCrc(crc), BatchParts::whole(batch))),
+        )
+        .await
     };
     let staged = staged.map_err(|e| Staging::Storage(e).counted(metrics))?;
-    count_staged(metrics, &batches, &staged);
+    let bytes = batches.as_bytes().len() as u64 - 4 * u64::from(batches.count);
+    count_staged(metrics, batches.count, bytes, &staged);
     Ok(staged)
 }
 
-/// [`stage_all`] of Kafka RecordBatches, with `admit` asked right before they are staged
-/// (see [`PartitionLog::stage_many_admitted`]): a refusal stages nothing.
-pub async fn stage_kafka_admitted(
+/// [`stage_all`] of Kafka RecordBatches whose CRCs the front-end checked (each with the
+/// header it made for it), with `admit` asked right before they are staged (see
+/// [`PartitionLog::stage_many_admitted`]): a refusal stages nothing.
+pub async fn stage_kafka_admitted<'b>(
     log: &Rc<PartitionLog>,
-    batches: ProduceBatches<'_>,
+    batches: impl Iterator<Item = BatchParts<'b>> + Clone,
     metrics: &Metrics,
     mut admit: impl FnMut() -> Result<(), ShardError>,
 ) -> Result<(u64, Ticket), ShardError> {
     let staged = log
         .stage_many_admitted(
             batches
-                .iter()
-                .map(|(_, batch)| (BatchTrust::KafkaChecked, batch)),
+                .clone()
+                .map(|batch| (BatchTrust::KafkaChecked, batch)),
             || admit().map_err(Staging::Refused),
         )
         .await
         .map_err(|e| e.counted(metrics))?;
-    count_staged(metrics, &batches, &staged);
+    let (count, bytes) = batches.fold((0u32, 0u64), |(n, bytes), b| {
+        (n + 1, bytes + b.len() as u64)
+    });
+    count_staged(metrics, count, bytes, &staged);
     Ok(staged)
 }
 
@@ -110,12 +109,8 @@ impl Staging {
 }
 
 /// The append's metrics, once, on the owner core.
-fn count_staged(metrics: &Metrics, batches: &ProduceBatches<'_>, staged: &(u64, Ticket)) {
-    metrics
-        .batches_in
-        .set(metrics.batches_in.get() + u64::from(batches.count));
+fn count_staged(metrics: &Metrics, batches: u32, bytes: u64, staged: &(u64, Ticket)) {
+    Metrics::add(&metrics.batches_in, u64::from(batches));
     Metrics::add(&metrics.records_in, staged.1.end_offset - staged.0);
-    metrics.bytes_in.set(
-        metrics.bytes_in.get() + batches.as_bytes().len() as u64 - 4 * u64::from(batches.count),
-    );
+    Metrics::add(&metrics.bytes_in, bytes);
 }

@@ -25,6 +25,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 
 use crate::metrics::counters::Metrics;
+use crate::shard::topics::TopicMeta;
 use crate::shard::{Shard, ShardError};
 
 /// Topics one connection remembers at most; past it, new ones are not remembered (such a
@@ -106,7 +107,7 @@ impl UsedTopics {
     /// `UnknownTopic` if this connection used `name` and it has since been deleted. Call it
     /// right before the shard call that may create the topic, with no await between, so a
     /// delete cannot slip in.
-    pub fn check(&self, shard: &Shard, name: &[u8]) -> Result<(), ShardError> {
+    pub(in crate::shard) fn check(&self, shard: &Shard, name: &[u8]) -> Result<(), ShardError> {
         let Ok(name) = std::str::from_utf8(name) else {
             return Ok(()); // refused by the shard's name check
         };
@@ -121,7 +122,7 @@ impl UsedTopics {
 
     /// True if this connection used another topic of this name than the current one (or
     /// one that no longer exists).
-    pub fn used_older(&self, shard: &Shard, name: &str) -> bool {
+    fn used_older(&self, shard: &Shard, name: &str) -> bool {
         let topics = self.topics.borrow();
         let Some(used) = topics.get(name) else {
             return false;
@@ -146,7 +147,7 @@ impl UsedTopics {
     /// Remembers the topic `name` as it is now, after a request used it. A topic already
     /// remembered keeps its entry: a delete and re-create while the request waited does not
     /// make this connection adopt the new topic.
-    pub fn record(&self, shard: &Shard, name: &[u8]) {
+    pub(in crate::shard) fn record(&self, shard: &Shard, name: &[u8]) {
         let Ok(name) = std::str::from_utf8(name) else {
             return;
         };
@@ -162,8 +163,11 @@ impl UsedTopics {
         }
     }
 
-    /// Forgets `name`: this connection created or deleted it itself, on purpose. Call it
-    /// once that create or delete is done (every core knows it).
+    /// Forgets `name`: this connection created or deleted it itself, on purpose.
+    /// `Shard::create_topic` and `delete_topic` call it once the change is done (every core
+    /// knows it); a pipelining front-end also calls it when it dispatches the request, so
+    /// the requests it dispatches after it (a produce to the topic it is creating again)
+    /// are not refused while the change is under way.
     pub fn forget(&self, shard: &Shard, name: &[u8]) {
         let Ok(name) = std::str::from_utf8(name) else {
             return;
@@ -174,6 +178,33 @@ impl UsedTopics {
             if known.len() < USED_TOPICS_MAX || known.contains_key(name) {
                 known.insert(name.to_string(), shard.deleted_topics.now());
             }
+        }
+    }
+}
+
+impl Shard {
+    /// A topic that must exist already, with the partition, as this connection sees it: a
+    /// topic it used that was deleted since is unknown (a Kafka commit for it is refused).
+    pub fn known_partition_in(
+        &self,
+        used: &UsedTopics,
+        topic: &str,
+        partition: u32,
+    ) -> Result<std::rc::Rc<TopicMeta>, ShardError> {
+        used.check(self, topic.as_bytes())?;
+        self.known_partition(topic, partition)
+    }
+
+    /// True if Kafka Metadata answers `name` unknown on this connection: a topic it used
+    /// was deleted since (even if made again), or a missing topic it may not create again
+    /// (`auto_create`: the request would create it). A topic made again by someone else is
+    /// listed to a connection that did not use the old one, even if the delete came while
+    /// it was open: Metadata only lists, and the data requests refuse it.
+    pub fn hidden_from(&self, used: &UsedTopics, name: &str, auto_create: bool) -> bool {
+        if self.topic(name).is_some() {
+            used.used_older(self, name)
+        } else {
+            auto_create && used.check(self, name.as_bytes()).is_err()
         }
     }
 }

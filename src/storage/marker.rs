@@ -12,6 +12,8 @@ use std::fs;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tracing::{info, warn};
+
 use crate::storage::fs::write_file_durable;
 
 /// The marker's file name in the data directory.
@@ -34,6 +36,10 @@ const OWN_ENTRIES: &[&str] = &[".lock", "topics", "offsets", "trash", "security"
 /// system has at its root.
 const IGNORED_ENTRIES: &[&str] = &["pagurus.meta.tmp", "lost+found"];
 
+/// Largest node id `--node-id` takes: a Kafka broker id is `node << 16 | core`
+/// (docs/CLUSTER.md) and must be a positive i32 (the placement's `NodeId::MAX`).
+pub const NODE_ID_MAX: u32 = 0x7fff;
+
 /// Why a data directory is not used.
 #[derive(Debug, thiserror::Error)]
 pub enum DataDirError {
@@ -51,6 +57,26 @@ pub enum DataDirError {
     BadMarker { path: String, why: String },
     #[error("cannot check the data directory {dir}: {why}")]
     Io { dir: String, why: String },
+    #[error(
+        "{dir} belongs to node {found} of a cluster, not to node {given}; start it with --node-id {found}, or give node {given} its own data directory"
+    )]
+    OtherNode { dir: String, found: u32, given: u32 },
+    #[error(
+        "{dir} belongs to node {found} of a cluster; start it with --node-id {found} and that node's cluster flags"
+    )]
+    ClusterNode { dir: String, found: u32 },
+}
+
+/// Which node a data directory belongs to, as found at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeIdentity {
+    /// No node id given and none kept: a one-node broker, as before clusters.
+    Single,
+    /// The node id given is the one the marker keeps.
+    Known(u32),
+    /// The marker kept none (a new directory, or a one-node broker's joining a cluster):
+    /// the node id given is kept from now on.
+    Recorded(u32),
 }
 
 /// What was found at start.
@@ -65,6 +91,42 @@ pub enum Marked {
     New,
     /// It held only pagurus's own layout and no marker (written before markers); marked now.
     Adopted,
+}
+
+impl Marked {
+    /// Says what start-up found in the data directory.
+    pub fn log(self, data_dir: &Path) {
+        let data_dir = data_dir.display();
+        match self {
+            Marked::New => info!(%data_dir, "new data directory; {MARKER_FILE} written"),
+            Marked::Adopted => {
+                warn!(%data_dir, "data directory from before {MARKER_FILE} (only pagurus's own entries); adopted and marked")
+            }
+            Marked::Known { format, created_ns } => {
+                info!(%data_dir, format, created_ns, "data directory")
+            }
+            Marked::Upgraded { from, created_ns } => {
+                warn!(%data_dir, from, to = FORMAT_VERSION, created_ns,
+                    "data directory of an older format: read as it is, marked with this one (older brokers now refuse it)")
+            }
+        }
+    }
+}
+
+impl NodeIdentity {
+    /// Says which node the data directory belongs to, when it is a cluster node's.
+    pub fn log(self, data_dir: &Path) {
+        let data_dir = data_dir.display();
+        match self {
+            NodeIdentity::Single => {}
+            NodeIdentity::Known(node_id) => {
+                info!(%data_dir, node_id, "data directory of this node")
+            }
+            NodeIdentity::Recorded(node_id) => {
+                info!(%data_dir, node_id, "data directory now belongs to this node; {MARKER_FILE} keeps its id")
+            }
+        }
+    }
 }
 
 /// Checks the data directory `dir` (which exists) and marks it if it is new or adopted.
@@ -101,8 +163,43 @@ pub fn check_and_mark(dir: &Path) -> Result<Marked, DataDirError> {
         }
         own |= OWN_ENTRIES.contains(&name.as_str());
     }
-    write_marker(dir, now_ns()).map_err(|e| io(e.to_string()))?;
+    write_marker(dir, now_ns(), None).map_err(|e| io(e.to_string()))?;
     Ok(if own { Marked::Adopted } else { Marked::New })
+}
+
+/// Checks that the data directory `dir` (marked by [`check_and_mark`]) belongs to the node
+/// `given` (`--node-id`), and keeps that id in its marker if it kept none. A directory of
+/// one cluster node started as another node, or as a one-node broker, is refused: its
+/// partitions and its Raft logs are that node's, and serving them as someone else would
+/// split the cluster's history.
+pub fn check_node(dir: &Path, given: Option<u32>) -> Result<NodeIdentity, DataDirError> {
+    let shown = dir.display().to_string();
+    let marker = dir.join(MARKER_FILE);
+    let text = fs::read_to_string(&marker).map_err(|e| DataDirError::BadMarker {
+        path: marker.display().to_string(),
+        why: e.to_string(),
+    })?;
+    let fields = parse(&text).map_err(|why| DataDirError::BadMarker {
+        path: marker.display().to_string(),
+        why,
+    })?;
+    match (given, fields.node_id) {
+        (None, None) => Ok(NodeIdentity::Single),
+        (None, Some(found)) => Err(DataDirError::ClusterNode { dir: shown, found }),
+        (Some(given), Some(found)) if given == found => Ok(NodeIdentity::Known(given)),
+        (Some(given), Some(found)) => Err(DataDirError::OtherNode {
+            dir: shown,
+            found,
+            given,
+        }),
+        (Some(given), None) => {
+            write_marker(dir, fields.created_ns, Some(given)).map_err(|e| DataDirError::Io {
+                dir: shown,
+                why: e.to_string(),
+            })?;
+            Ok(NodeIdentity::Recorded(given))
+        }
+    }
 }
 
 fn read_marker(dir: &Path, marker: &Path) -> Result<Marked, DataDirError> {
@@ -116,7 +213,11 @@ fn read_marker(dir: &Path, marker: &Path) -> Result<Marked, DataDirError> {
         return Err(bad(format!("{len} bytes, at most {MARKER_BYTES_MAX}")));
     }
     let text = fs::read_to_string(marker).map_err(|e| bad(e.to_string()))?;
-    let (format, created_ns) = parse(&text).map_err(bad)?;
+    let Fields {
+        format,
+        created_ns,
+        node_id,
+    } = parse(&text).map_err(bad)?;
     if format > FORMAT_VERSION {
         return Err(DataDirError::Newer {
             dir: dir.display().to_string(),
@@ -124,7 +225,7 @@ fn read_marker(dir: &Path, marker: &Path) -> Result<Marked, DataDirError> {
         });
     }
     if format < FORMAT_VERSION {
-        write_marker(dir, created_ns).map_err(|e| DataDirError::Io {
+        write_marker(dir, created_ns, node_id).map_err(|e| DataDirError::Io {
             dir: dir.display().to_string(),
             why: e.to_string(),
         })?;
@@ -136,10 +237,19 @@ fn read_marker(dir: &Path, marker: &Path) -> Result<Marked, DataDirError> {
     Ok(Marked::Known { format, created_ns })
 }
 
-/// `(format, created_ns)` from the marker's text: `key=value` lines (and `#` comments),
-/// unknown keys ignored (a later version may add some), `format` and `created_ns` required.
-fn parse(text: &str) -> Result<(u32, u64), String> {
-    let (mut format, mut created_ns) = (None, None);
+/// What a marker says.
+struct Fields {
+    format: u32,
+    created_ns: u64,
+    /// The cluster node the directory belongs to; none for a one-node broker's.
+    node_id: Option<u32>,
+}
+
+/// The marker's fields from its text: `key=value` lines (and `#` comments), unknown keys
+/// ignored (a later version may add some), `format` and `created_ns` required, `node_id`
+/// optional.
+fn parse(text: &str) -> Result<Fields, String> {
+    let (mut format, mut created_ns, mut node_id) = (None, None, None);
     for line in text
         .lines()
         .map(str::trim)
@@ -165,12 +275,26 @@ fn parse(text: &str) -> Result<(u32, u64), String> {
                         .map_err(|e| format!("created_ns {value:?}: {e}"))?,
                 )
             }
+            "node_id" => {
+                let id = value
+                    .trim()
+                    .parse::<u32>()
+                    .map_err(|e| format!("node_id {value:?}: {e}"))?;
+                if !(1..=NODE_ID_MAX).contains(&id) {
+                    return Err(format!("node_id {id} is not in 1..={NODE_ID_MAX}"));
+                }
+                node_id = Some(id);
+            }
             _ => {}
         }
     }
     match (format, created_ns) {
         (Some(0), _) => Err("format 0".to_string()),
-        (Some(format), Some(created_ns)) => Ok((format, created_ns)),
+        (Some(format), Some(created_ns)) => Ok(Fields {
+            format,
+            created_ns,
+            node_id,
+        }),
         _ => Err("format= and created_ns= are required".to_string()),
     }
 }
@@ -181,11 +305,18 @@ fn now_ns() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn write_marker(dir: &Path, created_ns: u64) -> Result<(), crate::storage::StorageError> {
-    let text = format!(
+fn write_marker(
+    dir: &Path,
+    created_ns: u64,
+    node_id: Option<u32>,
+) -> Result<(), crate::storage::StorageError> {
+    let mut text = format!(
         "# pagurus data directory; do not edit\nformat={FORMAT_VERSION}\ncreated_ns={created_ns}\ncreated_by=pagurus {}\n",
         env!("CARGO_PKG_VERSION")
     );
+    if let Some(id) = node_id {
+        text.push_str(&format!("node_id={id}\n"));
+    }
     write_file_durable(dir, MARKER_FILE, text.as_bytes())
 }
 
@@ -261,6 +392,64 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("topics"), b"").unwrap();
         assert!(check_and_mark(dir.path()).is_err());
+    }
+
+    #[test]
+    fn a_node_id_is_kept_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        check_and_mark(dir.path()).unwrap();
+        assert_eq!(check_node(dir.path(), None).unwrap(), NodeIdentity::Single);
+        // A one-node broker's directory joins a cluster as the node it is started as.
+        assert_eq!(
+            check_node(dir.path(), Some(3)).unwrap(),
+            NodeIdentity::Recorded(3)
+        );
+        assert_eq!(
+            check_node(dir.path(), Some(3)).unwrap(),
+            NodeIdentity::Known(3)
+        );
+        assert!(matches!(
+            check_node(dir.path(), Some(4)),
+            Err(DataDirError::OtherNode {
+                found: 3,
+                given: 4,
+                ..
+            })
+        ));
+        assert!(matches!(
+            check_node(dir.path(), None),
+            Err(DataDirError::ClusterNode { found: 3, .. })
+        ));
+        // The id survives the marker's rewrite at a format upgrade, and its creation time.
+        let text = fs::read_to_string(dir.path().join(MARKER_FILE)).unwrap();
+        let created = parse(&text).unwrap().created_ns;
+        fs::write(
+            dir.path().join(MARKER_FILE),
+            format!("format=1\ncreated_ns={created}\nnode_id=3\n"),
+        )
+        .unwrap();
+        assert!(matches!(
+            check_and_mark(dir.path()).unwrap(),
+            Marked::Upgraded { from: 1, .. }
+        ));
+        assert_eq!(
+            check_node(dir.path(), Some(3)).unwrap(),
+            NodeIdentity::Known(3)
+        );
+        for bad in ["node_id=0", "node_id=x", "node_id=32768"] {
+            fs::write(
+                dir.path().join(MARKER_FILE),
+                format!("format={FORMAT_VERSION}\ncreated_ns=1\n{bad}\n"),
+            )
+            .unwrap();
+            assert!(
+                matches!(
+                    check_node(dir.path(), Some(3)),
+                    Err(DataDirError::BadMarker { .. })
+                ),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -187,7 +187,7 @@ code_enum!(
 impl From<&RecordError> for ErrorCode {
     fn from(e: &RecordError) -> Self {
         match e {
-            RecordError::Incomplete { .. } => ErrorCode::Malformed,
+            RecordError::Incomplete { .. } | RecordError::BadParts { .. } => ErrorCode::Malformed,
             RecordError::BadMagic { .. } => ErrorCode::BadMagic,
             RecordError::KeyTooLarge { .. } => ErrorCode::KeyTooLarge,
             RecordError::PayloadTooLarge { .. } => ErrorCode::PayloadTooLarge,

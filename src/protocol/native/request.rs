@@ -108,7 +108,7 @@ pub struct ProduceBatches<'a> {
 }
 
 impl<'a> ProduceBatches<'a> {
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &'a [u8])> + 'a {
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &'a [u8])> + Clone + 'a {
         let mut rest = self.bytes;
         let limits = self.limits;
         (0..self.count).map(move |_| {

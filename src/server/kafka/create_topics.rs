@@ -36,7 +36,8 @@ pub(super) fn handle(
             let partitions = topic.num_partitions;
             let result = CreatableTopicResult::default().with_name(name.clone());
             let created = create(&conn, topic, request.validate_only).await;
-            // This connection knows the name now, whatever the outcome (`shard::used`).
+            // This connection knows the name now, whatever the outcome, even a refusal before
+            // the shard's create (`shard::used`).
             conn.used.forget(&conn.shard, name.0.as_bytes());
             results.push(match created {
                 Ok(meta) => {
@@ -133,7 +134,7 @@ async fn create(
         return Ok(planned);
     }
     conn.shard
-        .create_topic(name.as_bytes(), &settings)
+        .create_topic(&conn.used, name.as_bytes(), &settings)
         .await
         .map_err(|f| (errors::of(&f), f.to_string()))?;
     conn.shard.topic(name).map(|m| (*m).clone()).ok_or_else(|| {

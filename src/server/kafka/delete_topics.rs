@@ -82,9 +82,8 @@ async fn delete_one(conn: &Conn, name: Option<TopicName>, id: Uuid) -> Deletable
     let topic_id = shard
         .topic(name.0.as_str())
         .map_or(id, |meta| Uuid::from_u128(meta.id));
-    let deleted = shard.delete_topic(name.0.as_bytes()).await;
-    // This connection knows: it may create the name again (`shard::used`).
-    conn.used.forget(shard, name.0.as_bytes());
+    // The shard forgets the name for this connection: it may create it again.
+    let deleted = shard.delete_topic(&conn.used, name.0.as_bytes()).await;
     match deleted {
         Ok(()) => DeletableTopicResult::default()
             .with_name(Some(name))

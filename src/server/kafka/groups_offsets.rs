@@ -120,8 +120,9 @@ fn partition_refusal(
         return Some(OFFSET_METADATA_TOO_LARGE);
     }
     let shard = &conn.shard;
-    let known = conn.used.check(shard, topic.as_bytes()).is_ok()
-        && shard.known_partition(topic.as_str(), partition).is_ok();
+    let known = shard
+        .known_partition_in(&conn.used, topic.as_str(), partition)
+        .is_ok();
     (!known).then_some(UNKNOWN_TOPIC_OR_PARTITION)
 }
 

@@ -67,14 +67,11 @@ pub(super) fn handle(
 async fn list(conn: &Conn, topic: &str, index: i32, timestamp: i64) -> Result<i64, i16> {
     let shard = &conn.shard;
     let partition = u32::try_from(index).map_err(|_| UNKNOWN_TOPIC_OR_PARTITION)?;
-    // A topic deleted since this connection used it stays unknown (`shard::used`).
-    conn.used
-        .check(shard, topic.as_bytes())
-        .map_err(|_| UNKNOWN_TOPIC_OR_PARTITION)?;
+    // Unknown before "not the leader": a client must not chase a leader for a topic that
+    // does not exist (or that this connection saw deleted).
     shard
-        .known_partition(topic, partition)
+        .known_partition_in(&conn.used, topic, partition)
         .map_err(|f| errors::of(&f))?;
-    conn.used.record(shard, topic.as_bytes());
     if conn.not_leader(shard.placement().owner(topic, partition)) {
         return Err(NOT_LEADER_OR_FOLLOWER);
     }
@@ -89,8 +86,14 @@ async fn list(conn: &Conn, topic: &str, index: i32, timestamp: i64) -> Result<i6
         // -3 (max timestamp) and anything else: not served.
         _ => return Err(errors::UNSUPPORTED_FOR_MESSAGE_FORMAT),
     };
-    let offset = crate::server::time_seek::list_offsets(shard, topic.as_bytes(), partition, spec)
-        .await
-        .map_err(|f| errors::of(&f))?;
+    let offset = crate::server::time_seek::list_offsets(
+        shard,
+        &conn.used,
+        topic.as_bytes(),
+        partition,
+        spec,
+    )
+    .await
+    .map_err(|f| errors::of(&f))?;
     Ok(i64::try_from(offset).unwrap_or(i64::MAX))
 }

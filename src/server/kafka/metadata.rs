@@ -97,7 +97,7 @@ async fn metadata(
                     invalid.push(name);
                     continue;
                 }
-                if deleted_for(conn, &name, auto_create) {
+                if conn.shard.hidden_from(&conn.used, &name, auto_create) {
                     gone.push(name);
                     continue;
                 }
@@ -180,18 +180,4 @@ async fn metadata(
         .with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)))
         .with_controller_id(node_id(shard.placement().controller()))
         .with_topics(topics)
-}
-
-/// True if `name` is answered unknown on this connection (`shard::used`): a topic this
-/// connection used was deleted since (even if made again), or a missing topic that this
-/// connection may not create again. A topic made again by someone else is listed to a
-/// connection that did not use the old one, even if the delete came while it was open:
-/// Metadata only lists, and the data requests refuse it.
-fn deleted_for(conn: &Conn, name: &str, auto_create: bool) -> bool {
-    let shard = &conn.shard;
-    if shard.topic(name).is_some() {
-        conn.used.used_older(shard, name)
-    } else {
-        auto_create && conn.used.check(shard, name.as_bytes()).is_err()
-    }
 }

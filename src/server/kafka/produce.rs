@@ -23,9 +23,8 @@ use super::{Conn, Pending, Reply, respond};
 use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::batch::{self, BatchError};
 use crate::protocol::kafka::{RequestHeader, convert};
-use crate::protocol::native::ProduceBatches;
 use crate::protocol::record;
-use crate::shard::data::{Batches, ProduceInFlight};
+use crate::shard::data::{Batches, KafkaBatch, ProduceInFlight};
 use crate::shard::idempotence::IdempotentBatch;
 use crate::shard::producers::ProducerBatch;
 
@@ -148,17 +147,15 @@ async fn start_partition(conn: &Conn, topic: &TopicName, index: i32, records: &[
             ),
         );
     }
-    let (pairs, count, producers) = match stored_batches(conn, records) {
+    let (batches, producers) = match stored_batches(conn, records) {
         Ok(stored) => stored,
         Err((code, message)) => {
             Metrics::inc(&shard.metrics.bad_batches);
             return Started::Refused(code, message);
         }
     };
-    let limits = shard.config.log.limits;
-    let batches = ProduceBatches::from_validated(count, &pairs, limits);
     let batches = Batches::Kafka {
-        batches,
+        batches: &batches,
         producers: &producers,
     };
     // A topic deleted since this connection used it is refused there (`shard::used`).
@@ -171,13 +168,12 @@ async fn start_partition(conn: &Conn, topic: &TopicName, index: i32, records: &[
     }
 }
 
-/// The partition's RecordBatches as pagurus batches: `(crc, batch)` pairs as a native
-/// produce carries them (CRC fields unset), their count, and each one's idempotence
-/// fields when the producer is idempotent. Every batch is checked before any is kept.
-fn stored_batches(conn: &Conn, records: &[u8]) -> Result<Stored, (i16, String)> {
+/// The partition's RecordBatches, where they arrived, each with the pagurus header it is
+/// stored under, and each one's idempotence fields when the producer is idempotent.
+/// Every batch is checked before any is kept.
+fn stored_batches<'r>(conn: &Conn, records: &'r [u8]) -> Result<Stored<'r>, (i16, String)> {
     let limits = conn.shard.config.log.limits;
-    let mut pairs = Vec::with_capacity(records.len() + records.len() / 8 + 64);
-    let mut count = 0u32;
+    let mut batches = Vec::new();
     let mut producers = Vec::new();
     if records.is_empty() {
         return Err((CORRUPT_MESSAGE, "no record batch".into()));
@@ -207,24 +203,24 @@ fn stored_batches(conn: &Conn, records: &[u8]) -> Result<Stored, (i16, String)> 
                 offsets: info.offsets(),
             });
         }
-        // The CRC field of the pair stays 0: the RecordBatch's own CRC was just checked,
-        // and the storage takes the batch as checked (`BatchSource::Kafka`), so the only
-        // other pass over its bytes is the index entry's CRC of the bytes as stored.
-        pairs.extend_from_slice(&[0; 4]);
+        // The RecordBatch's own CRC was just checked, and the storage takes the batch as
+        // checked, so the only other pass over its bytes is the index entry's CRC of the
+        // bytes as stored.
         let mut header = [0u8; record::HEADER_LEN];
         convert::stored_header(&info, 0).encode(&mut header);
-        pairs.extend_from_slice(&header);
-        pairs.extend_from_slice(kafka);
-        count += 1;
+        batches.push(KafkaBatch {
+            header,
+            record_batch: kafka,
+        });
     }
-    if !producers.is_empty() && producers.len() != count as usize {
+    if !producers.is_empty() && producers.len() != batches.len() {
         return Err((
             INVALID_RECORD,
             "idempotent and plain batches mixed in one partition".into(),
         ));
     }
-    Ok((pairs, count, producers))
+    Ok((batches, producers))
 }
 
-/// `(crc, batch)` pairs, their count, and the idempotence fields of each (or none).
-type Stored = (Vec<u8>, u32, Vec<IdempotentBatch>);
+/// The batches of a partition's produce, and the idempotence fields of each (or none).
+type Stored<'r> = (Vec<KafkaBatch<'r>>, Vec<IdempotentBatch>);

@@ -310,13 +310,15 @@ async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Star
             partition,
             spec,
         } => offsets::list(shard, used, tag, topic, partition, spec),
+        // Forgotten at dispatch too, so the requests pipelined after it are not refused
+        // while the change is under way (`UsedTopics::forget`).
         Request::CreateTopic { name, settings } => {
             used.forget(shard, name);
-            topics::create(shard, tag, name, settings)
+            topics::create(shard, used, tag, name, settings)
         }
         Request::DeleteTopic { name } => {
             used.forget(shard, name);
-            topics::delete(shard, tag, name)
+            topics::delete(shard, used, tag, name)
         }
         Request::Compact { topic, partition } => topics::compact(shard, tag, topic, partition),
         Request::Metadata { topics } => metadata::metadata(shard, tag, topics),

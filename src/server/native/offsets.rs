@@ -19,11 +19,8 @@ pub(super) fn list(
     let topic = topic.to_vec();
     let used = Rc::clone(used);
     later(shard, tag, async move |shard: Rc<Shard>| {
-        // A consumer that read a topic deleted since (a group member placing itself after
-        // a rebalance) is told so, as its fetches are, not just "unknown topic".
-        used.check(&shard, &topic)?;
         let offset =
-            crate::server::time_seek::list_offsets(&shard, &topic, partition, spec).await?;
+            crate::server::time_seek::list_offsets(&shard, &used, &topic, partition, spec).await?;
         let mut out = Vec::new();
         native::encode_offset_response(&mut out, tag.1, offset);
         Ok(out)
@@ -42,10 +39,8 @@ pub(super) fn commit(
     let (group, topic) = (group.to_vec(), topic.to_vec());
     let used = Rc::clone(used);
     later(shard, tag, async move |shard: Rc<Shard>| {
-        // A consumer that used a deleted topic must not leave offsets for it behind.
-        used.check(&shard, &topic)?;
         shard
-            .commit_offset(&group, &topic, partition, offset)
+            .commit_offset(&used, &group, &topic, partition, offset)
             .await?;
         Ok(empty(tag.1))
     })

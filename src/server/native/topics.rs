@@ -5,19 +5,28 @@ use std::rc::Rc;
 use crate::protocol::native::{self, TopicSettings};
 use crate::server::native::{Pending, Tag, empty, later};
 use crate::shard::Shard;
+use crate::shard::used::UsedTopics;
 
-pub(super) fn create(shard: &Rc<Shard>, tag: Tag, name: &[u8], settings: TopicSettings) -> Pending {
+pub(super) fn create(
+    shard: &Rc<Shard>,
+    used: &Rc<UsedTopics>,
+    tag: Tag,
+    name: &[u8],
+    settings: TopicSettings,
+) -> Pending {
     let name = name.to_vec();
+    let used = Rc::clone(used);
     later(shard, tag, async move |shard: Rc<Shard>| {
-        shard.create_topic(&name, &settings).await?;
+        shard.create_topic(&used, &name, &settings).await?;
         Ok(empty(tag.1))
     })
 }
 
-pub(super) fn delete(shard: &Rc<Shard>, tag: Tag, name: &[u8]) -> Pending {
+pub(super) fn delete(shard: &Rc<Shard>, used: &Rc<UsedTopics>, tag: Tag, name: &[u8]) -> Pending {
     let name = name.to_vec();
+    let used = Rc::clone(used);
     later(shard, tag, async move |shard: Rc<Shard>| {
-        shard.delete_topic(&name).await?;
+        shard.delete_topic(&used, &name).await?;
         Ok(empty(tag.1))
     })
 }

@@ -126,6 +126,11 @@ fn without_shard_ports_every_place_is_the_main_port() {
 
 #[test]
 fn broker_ids_of_other_nodes_round_trip() {
+    // `--node-id` takes no more than the broker ids can hold.
+    assert_eq!(
+        u32::from(NodeId::MAX.0),
+        crate::storage::marker::NODE_ID_MAX
+    );
     for (node, core) in [(0, 0), (1, 0), (1, 5), (NodeId::MAX.0, u16::MAX)] {
         let place = Place {
             node: NodeId(node),
@@ -210,6 +215,8 @@ fn a_shard_refuses_what_another_node_serves() {
 
     use crate::protocol::native::OffsetSpec;
     use crate::shard::mesh::Mesh;
+    use crate::shard::topics::TopicMeta;
+    use crate::shard::used::UsedTopics;
     use crate::shard::{Hop, Shard};
 
     let dir = tempfile::tempdir().unwrap();
@@ -237,16 +244,23 @@ fn a_shard_refuses_what_another_node_serves() {
                     "{what}: {failure}"
                 );
             };
+            let used = UsedTopics::default();
+            let settings = crate::protocol::native::TopicSettings::default();
+            // A topic every node knows (the metadata is everywhere), served elsewhere.
+            let known = TopicMeta::from_settings("known", &settings, &shard.config.log).unwrap();
+            shard.publish_topic(known);
             not_here(
                 shard
-                    .list_offsets(b"t", 0, OffsetSpec::Latest)
+                    .list_offsets(&used, b"known", 0, OffsetSpec::Latest)
                     .await
                     .map(|_| ()),
                 "list offsets",
             );
-            let settings = crate::protocol::native::TopicSettings::default();
-            not_here(shard.create_topic(b"t", &settings).await, "create topic");
-            not_here(shard.delete_topic(b"t").await, "delete topic");
+            not_here(
+                shard.create_topic(&used, b"t", &settings).await,
+                "create topic",
+            );
+            not_here(shard.delete_topic(&used, b"t").await, "delete topic");
             not_here(
                 shard.fetch_offset(b"g", b"t", 0).await.map(|_| ()),
                 "fetch offset",

@@ -45,6 +45,7 @@ impl PartitionLog {
         batch: &[u8],
         producer_crc: Option<u32>,
     ) -> Result<Ticket, StorageError> {
+        let batch = record::BatchParts::whole(batch);
         let checked = self.validate(batch, record::BatchTrust::from_crc(producer_crc))?;
         loop {
             match self.try_stage(&[(batch, checked)])? {
@@ -60,7 +61,7 @@ impl PartitionLog {
     /// batch's ticket (committing it commits all: commits are in offset order).
     pub async fn stage_many<'b>(
         self: &Rc<Self>,
-        batches: impl Iterator<Item = (record::BatchTrust, &'b [u8])>,
+        batches: impl Iterator<Item = (record::BatchTrust, record::BatchParts<'b>)>,
     ) -> Result<(u64, Ticket), StorageError> {
         self.stage_many_admitted(batches, || Ok(())).await
     }
@@ -72,7 +73,7 @@ impl PartitionLog {
     /// the batches they follow).
     pub async fn stage_many_admitted<'b, E: From<StorageError>>(
         self: &Rc<Self>,
-        batches: impl Iterator<Item = (record::BatchTrust, &'b [u8])>,
+        batches: impl Iterator<Item = (record::BatchTrust, record::BatchParts<'b>)>,
         mut admit: impl FnMut() -> Result<(), E>,
     ) -> Result<(u64, Ticket), E> {
         let checked = batches
@@ -102,8 +103,12 @@ impl PartitionLog {
     }
 
     /// Checks a batch (sizes, framing, the producer's CRC) before anything is staged.
-    fn validate(&self, batch: &[u8], trust: record::BatchTrust) -> Result<Checked, StorageError> {
-        let header = record::check(batch, &self.config.limits)?;
+    fn validate(
+        &self,
+        batch: record::BatchParts<'_>,
+        trust: record::BatchTrust,
+    ) -> Result<Checked, StorageError> {
+        let header = batch.check(&self.config.limits)?;
         if header.batch_len() != batch.len() {
             return Err(StorageError::BatchLength {
                 header_bytes: header.batch_len(),
@@ -111,20 +116,17 @@ impl PartitionLog {
             });
         }
         if let record::BatchTrust::ProducerCrc(expected) = trust {
-            let actual = record::batch_crc(batch);
+            let actual = batch.crc();
             if actual != expected {
                 return Err(record::RecordError::CrcMismatch { expected, actual }.into());
             }
         }
         let format = match trust {
             record::BatchTrust::KafkaChecked => {
-                debug_assert_eq!(
-                    record::format_of(batch, &header),
-                    record::BatchFormat::Kafka
-                );
+                debug_assert_eq!(batch.format(&header), record::BatchFormat::Kafka);
                 record::BatchFormat::Kafka
             }
-            _ => record::format_of(batch, &header),
+            _ => batch.format(&header),
         };
         Ok(Checked {
             timestamp_ns: header.timestamp_ns,
@@ -135,7 +137,10 @@ impl PartitionLog {
 
     /// Stages validated batches if the active segment has room for all of them; `None`
     /// when it must roll first. Synchronous: nothing can interleave.
-    fn try_stage(&self, batches: &[(&[u8], Checked)]) -> Result<Option<Ticket>, StorageError> {
+    fn try_stage(
+        &self,
+        batches: &[(record::BatchParts<'_>, Checked)],
+    ) -> Result<Option<Ticket>, StorageError> {
         let mut st = self.state.borrow_mut();
         st.check_open()?;
         let bytes: usize = batches.iter().map(|(b, _)| b.len()).sum();
@@ -165,8 +170,10 @@ impl PartitionLog {
             let base_offset = *next_offset;
             let end_offset = base_offset + checked.records;
             let start = pending.len();
-            pending.extend_from_slice(batch);
+            pending.extend_from_slice(batch.head);
+            pending.extend_from_slice(batch.tail);
             let stored = &mut pending[start..];
+            debug_assert_eq!(stored.len(), batch.len());
             record::set_offset(stored, base_offset);
             if checked.format == record::BatchFormat::Kafka {
                 // Outside the RecordBatch's CRC, which stays valid.

@@ -1,0 +1,67 @@
+//! The cluster: nodes that agree on metadata through one Raft group (the controller), and
+//! talk to each other over a framed node-to-node protocol. Consensus is tikv's `raft`
+//! crate (raft-rs `RawNode`), never hand-written; this module gives it a wire format, a
+//! durable log and a state machine, and drives it without a runtime. Design as built:
+//! `docs/CLUSTER.md`.
+//!
+//! - [`wire`]: sans-IO node-to-node frames (hello, Raft messages), CRC-checked, bounded.
+//! - [`controller`]: the controller group: its durable Raft storage
+//!   ([`controller::raft_store`]), its metadata state machine ([`controller::state`]) and the
+//!   deterministic driver around `RawNode` ([`controller::driver`]).
+//! - [`raft_log`]: raft-rs logs through `slog`; this drain hands its records to `tracing`.
+//!
+//! Not wired yet: no socket, no shard and no server uses this module so far.
+
+pub mod controller;
+pub mod raft_log;
+pub mod wire;
+
+use std::fmt;
+
+/// A node's id in the cluster (`--node-id`), also its Raft id in every group. 0 is the
+/// broker started alone (raft-rs reserves id 0 for "none"), so members are
+/// `1..=`[`NodeId::MAX`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeId(pub u16);
+
+impl NodeId {
+    /// The highest node id whose cores' Kafka broker ids fit a positive i32 (the same bound
+    /// as the shard's placement table).
+    pub const MAX: NodeId = NodeId(0x7fff);
+
+    /// The node's id as raft-rs numbers peers.
+    pub fn raft_id(self) -> u64 {
+        u64::from(self.0)
+    }
+
+    /// The node a raft-rs peer id names, if it is a member id.
+    pub fn from_raft_id(id: u64) -> Option<NodeId> {
+        let node = NodeId(u16::try_from(id).ok()?);
+        node.is_member().then_some(node)
+    }
+
+    /// True for `1..=MAX`: an id a cluster member may have.
+    pub fn is_member(self) -> bool {
+        self.0 != 0 && self <= NodeId::MAX
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {}", self.0)
+    }
+}
+
+/// The id every node of one cluster shares (16 bytes, made once when the cluster is
+/// formed); a node refuses a peer from another cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ClusterId(pub [u8; 16]);
+
+impl fmt::Display for ClusterId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in self.0 {
+            write!(f, "{b:02x}")?;
+        }
+        Ok(())
+    }
+}
