@@ -50,6 +50,7 @@ pub mod config;
 pub mod limits;
 pub mod metrics;
 pub mod protocol;
+pub mod security;
 pub mod server;
 pub mod shard;
 pub mod storage;

@@ -12,6 +12,7 @@ mod produce;
 mod profile;
 mod serve;
 mod topics;
+mod users;
 
 use std::time::Duration;
 
@@ -70,6 +71,8 @@ pub enum Command {
     Topics(topics::TopicsArgs),
     /// List consumer groups and show their committed offsets and lag.
     Groups(groups::GroupsArgs),
+    /// Create, delete and list users on a stopped broker's data directory.
+    Users(users::UsersArgs),
     /// Drive a running broker and report throughput and latency percentiles.
     Bench(crate::bench::BenchArgs),
     /// Print a shell completion script: `source <(pagurus completion bash)`.
@@ -93,7 +96,7 @@ impl Command {
             Command::Topics(a) => Some((&mut a.target, None)),
             Command::Groups(a) => Some((&mut a.target, None)),
             Command::Bench(a) => Some((&mut a.target, None)),
-            Command::Serve(_) | Command::Completion(_) => None,
+            Command::Serve(_) | Command::Users(_) | Command::Completion(_) => None,
         }
     }
 }
@@ -116,6 +119,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Consume(args) => consume::run(args),
         Command::Topics(args) => topics::run(args),
         Command::Groups(args) => groups::run(args),
+        Command::Users(args) => users::run(args),
         Command::Bench(args) => crate::bench::run(args),
         Command::Completion(args) => completion(args.shell),
     };

@@ -1,38 +1,28 @@
 //! The FUSE side of powerfs: every request passes through to the backing directory, and
-//! tells the model (`model.rs`) what changed and what was synced. It is one `fuser::Filesystem`
-//! impl, one short method per FUSE request, so it stays one file at ~600 lines.
+//! tells the model (`model.rs`) what changed and what was synced: one `fuser::Filesystem`
+//! impl, one short method per FUSE request, over the open files of `backing.rs`.
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::{self, File, Metadata, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
+    Errno, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner, OpenFlags,
+    RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 use nix::libc;
 
+use crate::backing::{Inner, attr, backing_open, errno};
 use crate::fault::FsyncFault;
 use crate::model::{Kind, Model};
 
 const TTL: Duration = Duration::from_secs(1);
-
-struct Handle {
-    ino: u64,
-    file: File,
-}
-
-pub struct Inner {
-    pub model: Model,
-    handles: HashMap<u64, Handle>,
-    next_fh: u64,
-}
 
 /// Shared between the FUSE thread and the signal handler of `main`.
 #[derive(Clone)]
@@ -56,98 +46,6 @@ impl PowerFs {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-fn errno(e: io::Error) -> Errno {
-    Errno::from(e)
-}
-
-fn attr(ino: u64, meta: &Metadata) -> FileAttr {
-    let time = |secs: i64, nsecs: i64| {
-        if secs >= 0 {
-            UNIX_EPOCH + Duration::new(secs as u64, nsecs as u32)
-        } else {
-            UNIX_EPOCH
-        }
-    };
-    FileAttr {
-        ino: INodeNo(ino),
-        size: meta.len(),
-        blocks: meta.blocks(),
-        atime: time(meta.atime(), meta.atime_nsec()),
-        mtime: time(meta.mtime(), meta.mtime_nsec()),
-        ctime: time(meta.ctime(), meta.ctime_nsec()),
-        crtime: UNIX_EPOCH,
-        kind: if meta.is_dir() {
-            FileType::Directory
-        } else {
-            FileType::RegularFile
-        },
-        perm: (meta.mode() & 0o7777) as u16,
-        nlink: if meta.is_dir() { 2 } else { 1 },
-        uid: meta.uid(),
-        gid: meta.gid(),
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-impl Inner {
-    fn stat(&self, ino: u64) -> Result<FileAttr, Errno> {
-        let path = self.model.path(ino).ok_or(Errno::ENOENT)?;
-        let meta = fs::symlink_metadata(path).map_err(errno)?;
-        Ok(attr(ino, &meta))
-    }
-
-    /// The file to work on: the request's handle, or the node opened by path.
-    fn file_of(&self, ino: u64, fh: Option<FileHandle>) -> Result<File, Errno> {
-        if let Some(handle) = fh.and_then(|fh| self.handles.get(&fh.0))
-            && handle.ino == ino
-        {
-            return handle.file.try_clone().map_err(errno);
-        }
-        let path = self.model.path(ino).ok_or(Errno::ENOENT)?;
-        OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(path)
-            .map_err(errno)
-    }
-
-    fn add_handle(&mut self, ino: u64, file: File) -> u64 {
-        let fh = self.next_fh;
-        self.next_fh += 1;
-        self.handles.insert(fh, Handle { ino, file });
-        fh
-    }
-
-    fn set_len(&mut self, ino: u64, file: &File, len: u64) -> Result<(), Errno> {
-        let old = file.metadata().map_err(errno)?.len();
-        self.model
-            .before_set_len(ino, file, old, len)
-            .map_err(errno)?;
-        file.set_len(len).map_err(errno)
-    }
-}
-
-/// Open flags for the backing file: what the kernel already handled is dropped (creation,
-/// append positions, direct I/O; truncation is done through the model). Always read and
-/// write: the kernel checked the access mode, and it may read through any handle of the
-/// file (to fill a page) or write back a mapping through it.
-fn backing_open(path: &std::path::Path, flags: i32) -> io::Result<File> {
-    let keep = flags
-        & !(libc::O_ACCMODE
-            | libc::O_CREAT
-            | libc::O_EXCL
-            | libc::O_TRUNC
-            | libc::O_APPEND
-            | libc::O_DIRECT);
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(keep)
-        .open(path)
 }
 
 impl Filesystem for PowerFs {

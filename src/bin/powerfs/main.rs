@@ -8,6 +8,7 @@
 //! failing fsync (`fault.rs`) and prints `powerfs fault armed`. Mounting needs root
 //! (it calls mount(2) on /dev/fuse itself). Only the test harness uses it; the broker does not.
 
+mod backing;
 mod fault;
 mod fs;
 mod model;
