@@ -23,7 +23,7 @@ BROKER_PIN=(); [ -n "${BROKER_CPUS:-}" ] && BROKER_PIN=(taskset -c "$BROKER_CPUS
 CLIENT_PIN=(); [ -n "${CLIENT_CPUS:-}" ] && CLIENT_PIN=(taskset -c "$CLIENT_CPUS")
 WORK=$(mktemp -d)
 BROKER=""
-cleanup() { [ -n "$BROKER" ] && kill -9 "$BROKER" 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { if [ -n "$BROKER" ]; then kill -9 "$BROKER" 2>/dev/null || true; wait "$BROKER" 2>/dev/null || true; fi; rm -rf "$WORK"; }
 trap cleanup EXIT
 
 "${BROKER_PIN[@]}" "$BIN" serve --data-dir "$WORK/data" --listen "127.0.0.1:$PORT" --cores 0 \
