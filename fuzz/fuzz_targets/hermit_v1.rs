@@ -100,6 +100,7 @@ fn batches(mut buf: &[u8]) {
                 return;
             }
             Err(e @ RecordError::CrcMismatch { .. }) => panic!("headers carry no CRC: {e}"),
+            Err(e @ RecordError::BadParts { .. }) => panic!("one buffer is never in parts: {e}"),
         };
         let len = header.batch_len();
         assert!(len as u64 <= record::HEADER_LEN as u64 + 1100);
