@@ -11,6 +11,7 @@ mod log_limit;
 mod produce;
 mod profile;
 mod serve;
+mod serve_security;
 mod topics;
 mod users;
 

@@ -14,7 +14,6 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use futures_lite::FutureExt;
-use glommio::net::TcpStream;
 use tracing::{debug, warn};
 
 use crate::metrics::counters::Metrics;
@@ -31,6 +30,7 @@ use crate::server::session::pipeline::{
     self, Framing, Frontend, Inbox, Lost, Outcome, Started, count_error, count_request,
 };
 use crate::server::session::{FileRange, Outbox, Session};
+use crate::server::stream::Stream;
 use crate::shard::calls::Produced;
 use crate::shard::calls::{Fetch, SendPlan};
 use crate::shard::data::{Batches, ProduceInFlight};
@@ -94,7 +94,7 @@ async fn read_message<T>(
 
 /// Reads at least `needed` more bytes of a handshake into `buf` (bounded by the caller's
 /// handshake deadline).
-async fn fill(stream: &RefCell<TcpStream>, buf: &mut ReadBuf, needed: usize) -> io::Result<()> {
+async fn fill(stream: &RefCell<Stream>, buf: &mut ReadBuf, needed: usize) -> io::Result<()> {
     let target = buf.len() + needed;
     while buf.len() < target {
         match read_some(stream, buf.spare(READ_MIN_BYTES.max(target - buf.len()))).await? {
@@ -137,6 +137,7 @@ async fn producer(
             .move_to_owner(
                 shard,
                 &session.stream,
+                session.listener_index,
                 hermit::ROLE_PRODUCER,
                 &inbox.buf,
                 owner,
@@ -329,14 +330,21 @@ async fn consumer(
     // Served by the owner, its fetch plans never cross cores.
     let owner = shard.placement().owner(&meta.name, partition);
     if place
-        .move_to_owner(shard, stream, hermit::ROLE_CONSUMER, buf, owner)
+        .move_to_owner(
+            shard,
+            stream,
+            session.listener_index,
+            hermit::ROLE_CONSUMER,
+            buf,
+            owner,
+        )
         .await
     {
         return Ok(());
     }
     count_request(session, CONSUME);
     // The client sends nothing more; a read that ends means it went away.
-    stream.borrow().set_read_timeout(None)?;
+    stream.borrow().tcp().set_read_timeout(None)?;
     let log_start = shard
         .partition_state(&meta.name, partition)
         .await

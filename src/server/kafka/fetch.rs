@@ -309,7 +309,10 @@ async fn encode(
     if let Some(Part::Bytes(first)) = parts.first_mut() {
         first[..4].copy_from_slice(&body.to_be_bytes());
     }
-    Reply { parts }
+    Reply {
+        parts,
+        close: false,
+    }
 }
 
 /// One partition's fixed fields (records null) and its records as parts.

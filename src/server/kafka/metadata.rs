@@ -42,13 +42,20 @@ pub(super) fn brokers(conn: &Conn) -> Vec<MetadataResponseBroker> {
 /// The broker of `place` as a client reaches it; `None` for a place that does not exist.
 pub(super) fn broker(conn: &Conn, place: Place) -> Option<MetadataResponseBroker> {
     let address = conn.shard.placement().address(place)?;
+    // The placement knows the main listener's ports; another listener's are at the same
+    // distance from its own port.
+    let port = match (conn.listener_index, address.shard_port) {
+        (0, _) => address.port(),
+        (_, Some(shard)) => conn.listener_port + (shard - address.main_port),
+        (_, None) => conn.listener_port,
+    };
     Some(
         MetadataResponseBroker::default()
             .with_node_id(node_id(place))
             .with_host(StrBytes::from_string(
                 address.host.clone().unwrap_or_else(|| conn.host.clone()),
             ))
-            .with_port(i32::from(address.port())),
+            .with_port(i32::from(port)),
     )
 }
 

@@ -16,6 +16,7 @@ use std::io;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Encodable;
 use tracing::{debug, warn};
 
@@ -25,6 +26,7 @@ use crate::protocol::kafka::RequestHeader;
 use crate::protocol::kafka::apis::{self, ApiError, KafkaRequest};
 use crate::protocol::kafka::frame::{self, FrameError};
 use crate::protocol::kafka::header::HeaderPrefix;
+use crate::protocol::native::ErrorCode;
 use crate::server::session::pipeline::{
     self, Framing, Frontend, Inbox, Later, Lost, Outcome, Started,
 };
@@ -54,6 +56,7 @@ mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
+mod sasl;
 
 /// Bytes a request may carry beyond one batch at the payload limit (headers, several
 /// partitions' small batches).
@@ -75,12 +78,15 @@ pub enum Part {
 #[derive(Default)]
 pub struct Reply {
     pub parts: Vec<Part>,
+    /// The connection closes once this answer is written (a failed login).
+    pub close: bool,
 }
 
 impl Reply {
     pub fn frame(bytes: Vec<u8>) -> Reply {
         Reply {
             parts: vec![Part::Bytes(bytes)],
+            close: false,
         }
     }
 
@@ -192,7 +198,25 @@ impl Frontend for Kafka {
                 Part::File(range) => out.file(range),
             }
         }
-        Outcome::Done
+        if reply.close {
+            Outcome::Close(Some(ErrorCode::AuthenticationFailed))
+        } else {
+            Outcome::Done
+        }
+    }
+
+    fn before_login(&self, frame: &[u8]) -> Result<(), String> {
+        let prefix = HeaderPrefix::peek(&frame[frame::SIZE_LEN..]).map_err(|e| e.to_string())?;
+        let login = [
+            ApiKey::ApiVersions,
+            ApiKey::SaslHandshake,
+            ApiKey::SaslAuthenticate,
+        ];
+        if login.iter().any(|key| *key as i16 == prefix.api_key) {
+            Ok(())
+        } else {
+            Err(format!("Kafka api {}", prefix.api_key))
+        }
     }
 
     fn too_large(&self, _: &Session, _: &[u8], _: u64) -> Option<Started<Pending>> {
@@ -260,6 +284,8 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Started<Pending> {
             alter_configs::handle_incremental(conn, header, r)
         }
         KafkaRequest::InitProducerId(r) => init_producer_id::handle(conn, header, r),
+        KafkaRequest::SaslHandshake(r) => sasl::handshake(conn, header, r),
+        KafkaRequest::SaslAuthenticate(r) => sasl::authenticate(conn, header, r),
         group => groups::handle(conn, header, group),
     };
     Started { kind, pending }
