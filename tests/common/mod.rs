@@ -13,6 +13,7 @@ use pagurus::client::blocking::Client;
 pub mod hermit;
 pub mod kafka;
 pub mod ledger;
+pub mod pki;
 pub mod powerfs;
 pub mod raw;
 pub mod small_fs;
