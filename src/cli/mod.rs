@@ -2,6 +2,7 @@
 //! `PAGURUS_*` environment variable; the client subcommands read `--broker` from
 //! `PAGURUS_BROKER`, or from the client configuration file ([`profile`]).
 
+mod acls;
 mod consume;
 mod consume_group;
 mod format;
@@ -74,6 +75,8 @@ pub enum Command {
     Groups(groups::GroupsArgs),
     /// Create, delete and list users on a stopped broker's data directory.
     Users(users::UsersArgs),
+    /// Add, remove and list ACLs on a stopped broker's data directory.
+    Acls(acls::AclsArgs),
     /// Drive a running broker and report throughput and latency percentiles.
     Bench(crate::bench::BenchArgs),
     /// Print a shell completion script: `source <(pagurus completion bash)`.
@@ -97,7 +100,9 @@ impl Command {
             Command::Topics(a) => Some((&mut a.target, None)),
             Command::Groups(a) => Some((&mut a.target, None)),
             Command::Bench(a) => Some((&mut a.target, None)),
-            Command::Serve(_) | Command::Users(_) | Command::Completion(_) => None,
+            Command::Serve(_) | Command::Users(_) | Command::Acls(_) | Command::Completion(_) => {
+                None
+            }
         }
     }
 }
@@ -121,6 +126,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Topics(args) => topics::run(args),
         Command::Groups(args) => groups::run(args),
         Command::Users(args) => users::run(args),
+        Command::Acls(args) => acls::run(args),
         Command::Bench(args) => crate::bench::run(args),
         Command::Completion(args) => completion(args.shell),
     };

@@ -140,6 +140,13 @@ impl Security {
         }
     }
 
+    /// True when `principal` is a super user of the ACL authorizer.
+    pub fn is_super_user(&self, principal: &Principal) -> bool {
+        self.authorizer
+            .as_ref()
+            .is_some_and(|a| a.load().is_super_user(principal))
+    }
+
     /// Where the data directory is (the users and ACL files live under it).
     pub fn data_dir(&self) -> &Path {
         &self.data_dir

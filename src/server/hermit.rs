@@ -8,6 +8,8 @@
 //!   one that disconnects while waiting for data is noticed at once and its task ends.
 //! - commit: durable per the fsync policy before the `0x01` answer.
 
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::{HermitRole, RequestKind as AclKind};
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
@@ -122,6 +124,11 @@ async fn producer(
     else {
         return Ok(());
     };
+    if !authorized(&session, HermitRole::Producer, &topic, None) {
+        count_request(&session, PRODUCE);
+        count_error(&session, PRODUCE, ErrorCode::TopicAuthorizationFailed);
+        return Ok(());
+    }
     let meta = match shard.topic_used(&session.used, topic.as_bytes()).await {
         Ok(meta) => meta,
         Err(failure) => {
@@ -314,6 +321,11 @@ async fn consumer(
     else {
         return Ok(());
     };
+    if !authorized(session, HermitRole::Consumer, &topic, Some(&group)) {
+        count_request(session, CONSUME);
+        count_error(session, CONSUME, ErrorCode::TopicAuthorizationFailed);
+        return Ok(());
+    }
     let meta = match shard.topic_used(&session.used, topic.as_bytes()).await {
         Ok(meta) if partition < meta.partitions => meta,
         refused => {
@@ -452,6 +464,10 @@ async fn commit(session: &Session, buf: &mut ReadBuf, deadline: Instant) -> io::
         return Ok(());
     };
     count_request(session, COMMIT);
+    if !authorized(session, HermitRole::Commit, &topic, Some(&group)) {
+        count_error(session, COMMIT, ErrorCode::TopicAuthorizationFailed);
+        return Ok(());
+    }
     match shard
         .commit_offset(
             &session.used,
@@ -470,4 +486,12 @@ async fn commit(session: &Session, buf: &mut ReadBuf, deadline: Instant) -> io::
             Ok(())
         }
     }
+}
+
+/// The ACL check of a v1 connection, once, at its handshake: v1 has no error frame, so a
+/// refusal closes the connection (the audit line says why).
+fn authorized(session: &Session, role: HermitRole, topic: &str, group: Option<&str>) -> bool {
+    let kind = AclKind::Hermit(role);
+    session.may(kind, ResourceType::Topic, topic)
+        && group.is_none_or(|group| session.may(kind, ResourceType::Group, group))
 }

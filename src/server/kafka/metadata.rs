@@ -5,6 +5,8 @@
 //! `auto.create.topics.enable` does (topics are created on demand for every protocol),
 //! except a topic deleted since this connection used it (`shard::used`).
 
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use std::rc::Rc;
 
 use kafka_protocol::messages::metadata_response::{
@@ -95,6 +97,9 @@ async fn metadata(
     let auto_create = header.api_version < 4 || request.allow_auto_topic_creation;
     let mut invalid = Vec::new();
     let mut gone = Vec::new();
+    let mut denied = Vec::new();
+    let describable =
+        |name: &str| conn.may(errors::acl(KafkaApi::Metadata), ResourceType::Topic, name);
     let names = match asked {
         None => Vec::new(),
         Some(names) => {
@@ -104,12 +109,21 @@ async fn metadata(
                     invalid.push(name);
                     continue;
                 }
+                if !describable(&name) {
+                    denied.push(name);
+                    continue;
+                }
                 if conn.shard.hidden_from(&conn.used, &name, auto_create) {
                     gone.push(name);
                     continue;
                 }
                 if auto_create
                     && shard.topic(&name).is_none()
+                    && conn.may(
+                        errors::acl(KafkaApi::CreateTopics),
+                        ResourceType::Topic,
+                        &name,
+                    )
                     && let Err(failure) = shard.topic_on_demand(name.as_bytes()).await
                 {
                     debug!(topic = %name, error = %failure, "topic not created for Metadata");
@@ -128,6 +142,8 @@ async fn metadata(
         .topics
         .into_iter()
         .filter(|t| !t.name.is_empty())
+        // A listing of every topic leaves out those the principal may not describe.
+        .filter(|t| describable(&t.name))
         .map(|t| {
             let name = Some(TopicName(StrBytes::from_string(t.name)));
             let Some(meta) = t.meta else {
@@ -176,6 +192,11 @@ async fn metadata(
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(StrBytes::from_string(name))))
             .with_error_code(UNKNOWN_TOPIC_OR_PARTITION)
+    }));
+    topics.extend(denied.into_iter().map(|name| {
+        MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(name))))
+            .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED)
     }));
     topics.extend(invalid.into_iter().map(|name| {
         MetadataResponseTopic::default()

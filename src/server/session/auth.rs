@@ -13,7 +13,7 @@ use std::time::Instant;
 use tracing::warn;
 
 use crate::metrics::counters::Metrics;
-use crate::security::acl::actions::Need;
+use crate::security::acl::actions::{Need, RequestKind, actions};
 use crate::security::acl::{Principal, ResourceType};
 use crate::security::scram::Mechanism;
 use crate::security::scram::server::ServerExchange;
@@ -131,6 +131,19 @@ impl Session {
     pub fn refuse_unauthenticated(&self, what: &str) {
         Metrics::inc(&self.shard.metrics.auth_unauthenticated_refused);
         warn!(peer = %self.peer, listener = %self.listener_name, protocol = self.protocol.label(), request = what, "request before authentication; connection closed");
+    }
+
+    /// True when this session's principal may make the request `kind` on the resource of
+    /// type `resource_type` named `name`: every need the actions table gives `kind` for
+    /// that type is met. Always true without an authorizer.
+    pub fn may(&self, kind: RequestKind, resource_type: ResourceType, name: &str) -> bool {
+        if !self.security.authorizes() {
+            return true;
+        }
+        actions(kind)
+            .iter()
+            .filter(|need| need.resource_type() == resource_type)
+            .all(|need| self.allowed(*need, name))
     }
 
     /// True when this session's principal meets `need` on the resource `name` (the
