@@ -34,7 +34,12 @@ pub struct SecurityArgs {
     pub super_users: Vec<Principal>,
     /// How long a SASL login holds before the client must authenticate again (KIP-368);
     /// 0: for the life of the connection.
-    #[arg(long, env = "PAGURUS_SASL_SESSION_LIFETIME_MS", default_value_t = 0)]
+    #[arg(
+        long,
+        env = "PAGURUS_SASL_SESSION_LIFETIME_MS",
+        value_name = "MS",
+        default_value_t = 0
+    )]
     pub sasl_session_lifetime_ms: u64,
 }
 
