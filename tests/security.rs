@@ -438,3 +438,65 @@ fn passwords_are_never_stored_or_logged() {
         assert!(!log.contains(password), "the log holds a password");
     }
 }
+
+/// The SHA-256 fingerprint of the certificate a TLS listener presents, by openssl.
+fn served_fingerprint(addr: SocketAddr) -> String {
+    let script = format!(
+        "openssl s_client -connect {addr} </dev/null 2>/dev/null | openssl x509 -noout -fingerprint -sha256"
+    );
+    let out = Command::new("timeout")
+        .args(["20", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn file_fingerprint(path: &str) -> String {
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in", path])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn sighup_and_wait_for(broker: &Broker, line: &str) {
+    let before = broker.log_text().matches(line).count();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(broker.pid()),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while broker.log_text().matches(line).count() == before {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {line:?} in the log"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn sighup_reloads_the_tls_files_and_keeps_the_old_ones_when_bad() {
+    if !have("openssl", "openssl", &["version"]) {
+        return;
+    }
+    let s = start();
+    let cert = s.pki.path("broker.pem");
+    let first = file_fingerprint(&cert);
+    assert!(first.contains("Fingerprint"), "{first}");
+    assert_eq!(served_fingerprint(s.sasl_ssl), first);
+    // A broken file: the broker says so and keeps serving the old certificate.
+    let good = std::fs::read(&cert).unwrap();
+    std::fs::write(&cert, b"not a certificate").unwrap();
+    sighup_and_wait_for(&s.broker, "TLS files not reloaded");
+    assert_eq!(served_fingerprint(s.sasl_ssl), first);
+    std::fs::write(&cert, good).unwrap();
+    // A new certificate: new connections get it.
+    s.pki.reissue_broker();
+    let second = file_fingerprint(&cert);
+    assert_ne!(second, first);
+    sighup_and_wait_for(&s.broker, "TLS files reloaded");
+    assert_eq!(served_fingerprint(s.sasl_ssl), second);
+    assert_eq!(served_fingerprint(s.ssl).is_empty(), false);
+}

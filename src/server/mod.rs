@@ -111,6 +111,10 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
     let _lock = lock_data_dir(config)?;
     topics::empty_trash(&config.data_dir);
     let security = open_security(config)?;
+    // SIGHUP: read the TLS files again (core 0 does it between its stop polls).
+    let reload_tls = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&reload_tls))
+        .map_err(|e| ServeError::Config(format!("cannot install signal handler: {e}")))?;
 
     let cpus: Vec<usize> = core_affinity::get_core_ids()
         .map(|ids| ids.into_iter().map(|id| id.id).collect())
@@ -148,6 +152,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         let (config, mesh, barriers) = (Arc::clone(&config), mesh.clone(), barriers.clone());
         let connections = Arc::clone(&connections);
         let security = Arc::clone(&security);
+        let reload_tls = Arc::clone(&reload_tls);
         // Core 0 serves the metrics endpoint (its answers cover every core).
         let metrics = if index == 0 {
             metrics_listener.take()
@@ -165,6 +170,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
                 let core = Core {
                     config,
                     security,
+                    reload_tls,
                     cpu,
                     connections,
                 };
@@ -325,6 +331,8 @@ impl Barriers {
 struct Core {
     config: Arc<BrokerConfig>,
     security: Arc<Security>,
+    /// Raised by SIGHUP: the TLS files are read again.
+    reload_tls: Arc<AtomicBool>,
     cpu: Option<usize>,
     /// Connections open on every core together (for the connection limit).
     connections: Arc<AtomicUsize>,
@@ -524,6 +532,9 @@ async fn serve_core(
 
     while !barriers.stopping() && !shard.shutdown.is_requested() {
         glommio::timer::sleep(STOP_POLL).await;
+        if core == 0 && given.reload_tls.swap(false, Ordering::AcqRel) {
+            reload_tls(&given.security);
+        }
     }
     info!(
         core,
@@ -542,6 +553,21 @@ async fn serve_core(
         );
     }
     Ok(())
+}
+
+/// Reads the TLS files again: new connections handshake with them, open ones keep theirs.
+/// A file that does not load leaves the old configuration in place.
+fn reload_tls(security: &Security) {
+    if security.config().tls.is_none() {
+        info!("SIGHUP: no TLS files to reload");
+        return;
+    }
+    match security.reload_tls() {
+        Ok(()) => info!("SIGHUP: TLS files reloaded; new connections use them"),
+        Err(error) => {
+            error!(%error, "SIGHUP: TLS files not reloaded; the previous ones stay in use")
+        }
+    }
 }
 
 fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, ServeError> {

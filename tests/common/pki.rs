@@ -37,6 +37,12 @@ impl Pki {
         self.dir.join(name).display().to_string()
     }
 
+    /// A new certificate and key for the broker, in place of the old ones.
+    pub fn reissue_broker(&self) {
+        let broker = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+        self.issue("broker", broker);
+    }
+
     /// A client certificate with subject `CN=cn`, in `NAME.pem` and `NAME.key`.
     pub fn client(&self, name: &str, cn: &str) {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
