@@ -8,7 +8,7 @@ revoke USER TOPIC:  DeleteAcls: every ACL of USER on TOPIC (literal); what was d
 describe:           DescribeAcls of everything.
 user NAME PASSWORD: AlterUserScramCredentials (SCRAM-SHA-512, 4096 iterations); then
                     DescribeUserScramCredentials of every user.
-users:              DescribeUserScramCredentials of every user.
+users [NAME...]:    DescribeUserScramCredentials of every user, or of these.
 Errors are printed as Kafka's error names, per item.
 """
 import json
@@ -52,12 +52,19 @@ def everything():
     return got if isinstance(got, dict) else sorted(show(b) for b in got)
 
 
-def users():
+def show_user(d):
+    return [[i.mechanism.name, i.iterations] for i in d.scram_credential_infos]
+
+
+def users(names=None):
+    if names:
+        got = admin.describe_user_scram_credentials(names)
+        return {u: (lambda r: r if isinstance(r, dict) else show_user(r))(outcome(f))
+                for u, f in got.items()}
     got = outcome(admin.describe_user_scram_credentials())
     if isinstance(got, dict) and "error" in got:
         return got
-    return {u: [[i.mechanism.name, i.iterations] for i in d.scram_credential_infos]
-            for u, d in got.items()}
+    return {u: show_user(d) for u, d in got.items()}
 
 
 out = {}
@@ -82,7 +89,7 @@ elif phase == "user":
     out["altered"] = [outcome(f) for f in admin.alter_user_scram_credentials([upsert]).values()]
     out["users"] = users()
 elif phase == "users":
-    out["users"] = users()
+    out["users"] = users(args)
 else:
     raise SystemExit("unknown phase " + phase)
 print(json.dumps(out))

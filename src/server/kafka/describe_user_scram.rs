@@ -37,11 +37,18 @@ pub(super) fn handle(
         DescribeUserScramCredentialsResponse::default()
             .with_results(describe(&conn.security.users(), request))
     } else {
+        // As Kafka's error response: the error at the top and for each user asked about.
+        let why = || Some(StrBytes::from_static_str("needs Describe on the cluster"));
+        let results = request.users.unwrap_or_default().into_iter().map(|user| {
+            DescribeUserScramCredentialsResult::default()
+                .with_user(user.name)
+                .with_error_code(CLUSTER_AUTHORIZATION_FAILED)
+                .with_error_message(why())
+        });
         DescribeUserScramCredentialsResponse::default()
             .with_error_code(CLUSTER_AUTHORIZATION_FAILED)
-            .with_error_message(Some(StrBytes::from_static_str(
-                "needs Describe on the cluster",
-            )))
+            .with_error_message(why())
+            .with_results(results.collect())
     };
     Pending::Ready(Reply::frame(respond(&header, &response)))
 }
