@@ -92,8 +92,6 @@ impl Security {
 
 #[cfg(test)]
 mod tests {
-    use std::os::unix::fs::PermissionsExt;
-
     use super::*;
     use crate::security::acl::{
         AclBinding, Host, Operation, PatternType, Permission, Principal, ResourcePattern,
@@ -148,23 +146,24 @@ mod tests {
         assert_eq!(added.unwrap(), Ok(true));
         assert!(security.meets(&alice, host, need, "orders"));
         assert_eq!(Acls::load(&data).unwrap().len(), 1);
-        // A write that fails leaves the file and the ACLs in force as they were.
+        // A write that fails leaves the file and the ACLs in force as they were: the
+        // security directory is moved away and a plain file takes its name (which fails
+        // the write for root too).
         let sec_dir = security_dir(&data);
-        std::fs::set_permissions(&sec_dir, std::fs::Permissions::from_mode(0o500)).unwrap();
-        let writable = std::fs::File::create(sec_dir.join("probe")).is_ok();
+        let aside = data.join("security.aside");
+        std::fs::rename(&sec_dir, &aside).unwrap();
+        std::fs::write(&sec_dir, b"not a directory").unwrap();
         let changed = Arc::clone(&security);
         let removed = run(async move || {
             changed
                 .change_acls(|acls| acls.remove(&write_orders()))
                 .await
         });
-        std::fs::set_permissions(&sec_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-        if !writable {
-            // (root writes anyway: then the removal went through.)
-            assert!(matches!(removed, Err(ChangeError::Acls(_))), "{removed:?}");
-            assert!(security.meets(&alice, host, need, "orders"));
-            assert_eq!(Acls::load(&data).unwrap().len(), 1);
-        }
+        assert!(matches!(removed, Err(ChangeError::Acls(_))), "{removed:?}");
+        assert!(security.meets(&alice, host, need, "orders"));
+        std::fs::remove_file(&sec_dir).unwrap();
+        std::fs::rename(&aside, &sec_dir).unwrap();
+        assert_eq!(Acls::load(&data).unwrap().len(), 1);
     }
 
     #[test]
@@ -195,5 +194,21 @@ mod tests {
         );
         let loaded = Users::load(&data).unwrap().unwrap();
         assert_eq!(loaded, *security.users());
+        // A users file that cannot be written: no new user, for logins or in the file.
+        let sec_dir = security_dir(&data);
+        let aside = data.join("security.aside");
+        std::fs::rename(&sec_dir, &aside).unwrap();
+        std::fs::write(&sec_dir, b"not a directory").unwrap();
+        let changed = Arc::clone(&security);
+        let refused = run(async move || {
+            changed
+                .change_users(|users| users.remove_credential("bob", Mechanism::ScramSha256))
+                .await
+        });
+        assert!(matches!(refused, Err(ChangeError::Users(_))), "{refused:?}");
+        assert_eq!(loaded, *security.users());
+        std::fs::remove_file(&sec_dir).unwrap();
+        std::fs::rename(&aside, &sec_dir).unwrap();
+        assert_eq!(Users::load(&data).unwrap().unwrap(), loaded);
     }
 }
