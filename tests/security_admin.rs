@@ -16,7 +16,9 @@ use std::process::{Command, Output, Stdio};
 use common::kafka::Conn;
 use common::{Broker, free_ports, have, have_python};
 use kafka_protocol::messages::create_acls_request::AclCreation;
+use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
 use kafka_protocol::messages::{ApiKey, CreateAclsRequest, CreateAclsResponse};
+use kafka_protocol::messages::{DeleteAclsRequest, DeleteAclsResponse};
 use kafka_protocol::messages::{DescribeAclsRequest, DescribeAclsResponse};
 use kafka_protocol::protocol::{Decodable, StrBytes};
 use pagurus::protocol::native::TopicSettings;
@@ -249,4 +251,84 @@ fn without_an_authorizer_the_acl_apis_answer_security_disabled() {
     assert_eq!(response.results.len(), 1);
     assert_eq!(response.results[0].error_code, 54, "{response:?}");
     assert!(!broker.data_dir.join("security/acls").exists());
+}
+
+fn creation(resource_type: i8, principal: &'static str, host: &'static str) -> AclCreation {
+    AclCreation::default()
+        .with_resource_type(resource_type)
+        .with_resource_name(StrBytes::from_static_str("orders"))
+        .with_resource_pattern_type(3)
+        .with_principal(StrBytes::from_static_str(principal))
+        .with_host(StrBytes::from_static_str(host))
+        .with_operation(4)
+        .with_permission_type(3)
+}
+
+#[test]
+fn acl_requests_are_checked_item_by_item_on_the_wire() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--fsync",
+        "never",
+        "--authorizer",
+        "acl",
+        "--super-users",
+        "User:ANONYMOUS",
+    ];
+    let broker = Broker::start_in(&dir.path().join("data"), 1, &args);
+    let mut conn = Conn::connect(broker.addr);
+    let creations = vec![
+        creation(2, "User:alice", "*"),
+        creation(99, "User:alice", "*"),
+        creation(6, "User:alice", "*"),
+        creation(2, "Group:alice", "*"),
+        creation(2, "User:alice", "not-an-address"),
+    ];
+    let create = CreateAclsRequest::default().with_creations(creations);
+    let mut body = conn.call(ApiKey::CreateAcls, 3, &create);
+    let response = CreateAclsResponse::decode(&mut body, 3).unwrap();
+    let codes: Vec<i16> = response.results.iter().map(|r| r.error_code).collect();
+    assert_eq!(codes, [0, 42, 42, 42, 42], "{response:?}");
+    // MATCH on the topic's name finds the literal ACL; an unknown operation is refused.
+    let describe = |operation: i8| {
+        DescribeAclsRequest::default()
+            .with_resource_type_filter(2)
+            .with_resource_name_filter(Some(StrBytes::from_static_str("orders")))
+            .with_pattern_type_filter(2)
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_operation(operation)
+            .with_permission_type(1)
+    };
+    let mut body = conn.call(ApiKey::DescribeAcls, 3, &describe(1));
+    let response = DescribeAclsResponse::decode(&mut body, 3).unwrap();
+    assert_eq!(response.error_code, 0, "{response:?}");
+    assert_eq!(response.resources.len(), 1, "{response:?}");
+    assert_eq!(
+        response.resources[0].acls[0].principal.as_str(),
+        "User:alice"
+    );
+    let mut body = conn.call(ApiKey::DescribeAcls, 3, &describe(0));
+    let response = DescribeAclsResponse::decode(&mut body, 3).unwrap();
+    assert_eq!(response.error_code, 42, "{response:?}");
+    // DeleteAcls: a bad filter is refused alone; the good one deletes.
+    let filter = |operation: i8| {
+        DeleteAclsFilter::default()
+            .with_resource_type_filter(1)
+            .with_resource_name_filter(None)
+            .with_pattern_type_filter(1)
+            .with_principal_filter(None)
+            .with_host_filter(None)
+            .with_operation(operation)
+            .with_permission_type(1)
+    };
+    let delete = DeleteAclsRequest::default().with_filters(vec![filter(0), filter(1)]);
+    let mut body = conn.call(ApiKey::DeleteAcls, 3, &delete);
+    let response = DeleteAclsResponse::decode(&mut body, 3).unwrap();
+    let results = &response.filter_results;
+    assert_eq!(results[0].error_code, 42, "{response:?}");
+    assert_eq!(results[1].error_code, 0, "{response:?}");
+    assert_eq!(results[1].matching_acls.len(), 1, "{response:?}");
+    let acls = std::fs::read_to_string(broker.data_dir.join("security/acls")).unwrap();
+    assert!(!acls.contains("acl "), "{acls}");
 }
