@@ -31,6 +31,9 @@ use crate::security::acl::{AclBinding, AclError, CLUSTER_NAME, ResourcePattern, 
 
 pub const SECURITY_DISABLED: i16 = 54;
 const POLICY_VIOLATION: i16 = errors::POLICY_VIOLATION;
+/// Most filters of one DeleteAcls applied (each looks at every ACL, on the blocking pool);
+/// the rest are INVALID_REQUEST. Kafka's tools send one per binding named.
+const DELETE_FILTERS_MAX: usize = 1000;
 const NO_AUTHORIZER: &str =
     "no authorizer: the broker runs without --authorizer acl (pagurus acls makes ACLs offline)";
 
@@ -207,7 +210,11 @@ pub(super) fn delete(conn: &Rc<Conn>, header: RequestHeader, r: DeleteAclsReques
     let parsed: Vec<Result<AclFilter, String>> = r
         .filters
         .iter()
-        .map(|f| {
+        .enumerate()
+        .map(|(n, f)| {
+            if n >= DELETE_FILTERS_MAX {
+                return Err(format!("at most {DELETE_FILTERS_MAX} filters a request"));
+            }
             acl_codes::filter(FilterCodes {
                 resource_type: f.resource_type_filter,
                 name: f.resource_name_filter.as_ref(),
