@@ -87,6 +87,9 @@ fn api_versions_advertise_the_new_ranges() {
         (ApiKey::DeleteTopics, 1, 6),
         (ApiKey::DeleteRecords, 0, 2),
         (ApiKey::InitProducerId, 0, 5),
+        (ApiKey::DescribeAcls, 1, 3),
+        (ApiKey::CreateAcls, 1, 3),
+        (ApiKey::DeleteAcls, 1, 3),
         (ApiKey::DescribeConfigs, 1, 4),
         (ApiKey::AlterConfigs, 0, 2),
         (ApiKey::DescribeLogDirs, 1, 4),
@@ -96,6 +99,8 @@ fn api_versions_advertise_the_new_ranges() {
         (ApiKey::ElectLeaders, 0, 2),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
         (ApiKey::OffsetDelete, 0, 0),
+        (ApiKey::DescribeUserScramCredentials, 0, 0),
+        (ApiKey::AlterUserScramCredentials, 0, 0),
         (ApiKey::DescribeCluster, 0, 2),
     ];
     for (key, min, max) in kafka_41 {

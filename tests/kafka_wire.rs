@@ -167,11 +167,11 @@ fn bad_batches_wrong_core_and_unsupported_apis() {
     let mut right = Conn::connect(SocketAddr::from(([127, 0, 0, 1], port(owner))));
     assert_eq!(produce(&mut right, "bad", good.clone()), (0, 4));
 
-    // An API pagurus does not serve (DescribeAcls, key 29): the connection is closed, as
+    // An API pagurus does not serve (DescribeDelegationToken, key 41): the connection is closed, as
     // Kafka 4.x closes it (`tests/kafka_floor.rs`); a new one works.
     let mut body = BytesMut::new();
     RequestHeader::default()
-        .with_request_api_key(29)
+        .with_request_api_key(41)
         .with_request_api_version(1)
         .with_correlation_id(777)
         .encode(&mut body, 1)

@@ -1,11 +1,12 @@
 //! The broker's security state at run time, shared by every core: the TLS server
 //! configurations (replaced whole on SIGHUP), the users (credentials) and the authorizer.
 //! Each is an `ArcSwap`: a session reads the current one without a lock, and a change
-//! (a reload, an ACL added) is seen by every session at its next request.
+//! (a reload, an ACL added) is seen by every session at its next request. Online changes of
+//! the ACLs and users are in [`online`].
 
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use arc_swap::{ArcSwap, ArcSwapOption};
 use rustls::ServerConfig;
@@ -18,6 +19,9 @@ use super::store::StoreError;
 use super::tls::ktls::{self, KtlsSupport};
 use super::tls::{ClientAuth, TlsConfig, TlsError};
 use super::users::{Users, UsersError};
+
+mod online;
+pub use online::ChangeError;
 
 /// Why the broker cannot start with its security settings.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +49,8 @@ pub struct Security {
     authorizer: Option<ArcSwap<Authorizer>>,
     ktls: KtlsSupport,
     data_dir: PathBuf,
+    /// Online changes of the users or the ACLs, one at a time ([`online`]).
+    changes: Mutex<()>,
 }
 
 impl Security {
@@ -74,6 +80,7 @@ impl Security {
             authorizer,
             ktls: ktls::detect(),
             data_dir: data_dir.to_path_buf(),
+            changes: Mutex::new(()),
         })
     }
 
@@ -88,6 +95,7 @@ impl Security {
                 reason: "no TLS".to_string(),
             },
             data_dir: PathBuf::new(),
+            changes: Mutex::new(()),
         }
     }
 

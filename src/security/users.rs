@@ -48,7 +48,7 @@ pub enum UsersError {
 }
 
 /// Every user's credentials, and the fake-salt secret.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Users {
     secret: ServerSecret,
     users: BTreeMap<String, BTreeMap<Mechanism, ScramCredential>>,
@@ -154,6 +154,19 @@ impl Users {
                 user: user.to_string(),
             }),
         }
+    }
+
+    /// Removes `user`'s credential for `mechanism` (and the user with its last one);
+    /// false when there was none.
+    pub fn remove_credential(&mut self, user: &str, mechanism: Mechanism) -> bool {
+        let Some(creds) = self.users.get_mut(user) else {
+            return false;
+        };
+        let removed = creds.remove(&mechanism).is_some();
+        if creds.is_empty() {
+            self.users.remove(user);
+        }
+        removed
     }
 
     fn encode(&self) -> String {
@@ -325,6 +338,12 @@ mod tests {
             users.create(&long, c.clone()),
             Err(UsersError::BadName(_))
         ));
+        assert!(!users.remove_credential("alice", Mechanism::ScramSha512));
+        users
+            .set("alice", credential(Mechanism::ScramSha512, "p"))
+            .unwrap();
+        assert!(users.remove_credential("alice", Mechanism::ScramSha512));
+        assert!(users.credential("alice", Mechanism::ScramSha256).is_some());
         users.delete("alice").unwrap();
         assert!(matches!(
             users.delete("alice"),

@@ -81,6 +81,9 @@ served_apis! {
     DeleteTopics(DeleteTopicsRequest) = 1..=6,
     DeleteRecords(DeleteRecordsRequest) = 0..=2,
     InitProducerId(InitProducerIdRequest) = 0..=5,
+    DescribeAcls(DescribeAclsRequest) = 1..=3,
+    CreateAcls(CreateAclsRequest) = 1..=3,
+    DeleteAcls(DeleteAclsRequest) = 1..=3,
     DescribeConfigs(DescribeConfigsRequest) = 1..=4,
     AlterConfigs(AlterConfigsRequest) = 0..=2,
     DescribeLogDirs(DescribeLogDirsRequest) = 1..=4,
@@ -90,6 +93,8 @@ served_apis! {
     ElectLeaders(ElectLeadersRequest) = 0..=2,
     IncrementalAlterConfigs(IncrementalAlterConfigsRequest) = 0..=1,
     OffsetDelete(OffsetDeleteRequest) = 0..=0,
+    DescribeUserScramCredentials(DescribeUserScramCredentialsRequest) = 0..=0,
+    AlterUserScramCredentials(AlterUserScramCredentialsRequest) = 0..=0,
     DescribeCluster(DescribeClusterRequest) = 0..=2,
 }
 

@@ -35,6 +35,14 @@ impl Authorizer {
         }
     }
 
+    /// The same super users with other bindings (an online ACL change).
+    pub fn with_acls(&self, acls: Acls) -> Authorizer {
+        Authorizer {
+            acls,
+            super_users: self.super_users.clone(),
+        }
+    }
+
     pub fn acls(&self) -> &Acls {
         &self.acls
     }

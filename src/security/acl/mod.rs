@@ -6,9 +6,11 @@
 //! - [`Authorizer`]: answers "may this principal do this" with Kafka's rules.
 //! - [`Acls`]: the set of bindings, stored in `<data-dir>/security/acls` ([`store`]).
 //! - [`actions`]: which (resource, operation) each request of each protocol needs.
+//! - [`filter`]: Kafka's binding filters (DescribeAcls, DeleteAcls).
 
 pub mod actions;
 mod authorizer;
+pub mod filter;
 pub mod store;
 #[cfg(test)]
 mod tests;

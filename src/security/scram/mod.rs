@@ -221,6 +221,35 @@ impl ScramCredential {
         })
     }
 
+    /// The credential of a client-computed SaltedPassword (Kafka's AlterUserScramCredentials
+    /// upsertion: the client runs PBKDF2, so the password never reaches the broker). Only
+    /// StoredKey and ServerKey are kept; the salted password itself would log a client in.
+    pub fn from_salted_password(
+        mechanism: Mechanism,
+        salted_password: &[u8],
+        salt: &[u8],
+        iterations: u32,
+    ) -> Result<ScramCredential, ScramError> {
+        check_salt_and_iterations(salt, iterations)?;
+        if salted_password.len() != mechanism.key_len() {
+            return Err(ScramError::Malformed {
+                message: "salted password",
+                why: format!(
+                    "{} bytes; {mechanism} makes {}",
+                    salted_password.len(),
+                    mechanism.key_len()
+                ),
+            });
+        }
+        Ok(ScramCredential {
+            mechanism,
+            salt: salt.to_vec(),
+            iterations,
+            stored_key: mechanism.hash(&mechanism.client_key(salted_password)),
+            server_key: mechanism.server_key(salted_password),
+        })
+    }
+
     /// Checks a stored credential's fields (a file can be edited by hand).
     pub fn validate(&self) -> Result<(), ScramError> {
         check_salt_and_iterations(&self.salt, self.iterations)?;

@@ -295,3 +295,23 @@ fn credentials_are_checked_and_never_shown() {
         Err(ScramError::SaltLength { len: 0 })
     );
 }
+
+#[test]
+fn a_client_salted_password_makes_the_same_credential_as_the_password() {
+    let salt = unb64(SALT_B64, "test", "salt").unwrap();
+    for mechanism in Mechanism::ALL {
+        let salted = mechanism.salted_password(b"pencil", &salt, 4096);
+        let made = ScramCredential::from_salted_password(mechanism, &salted, &salt, 4096).unwrap();
+        let derived = ScramCredential::derive(mechanism, b"pencil", &salt, 4096).unwrap();
+        assert_eq!(made, derived);
+        assert!(made.matches_password(b"pencil"));
+        assert!(matches!(
+            ScramCredential::from_salted_password(mechanism, &salted[1..], &salt, 4096),
+            Err(ScramError::Malformed { .. })
+        ));
+    }
+    assert_eq!(
+        ScramCredential::from_salted_password(Mechanism::ScramSha256, &[0; 32], &salt, 1),
+        Err(ScramError::Iterations { iterations: 1 })
+    );
+}

@@ -33,7 +33,10 @@ use crate::server::session::pipeline::{
 use crate::server::session::{FileRange, Outbox, Session};
 use crate::shard::Shard;
 
+mod acl_codes;
+mod acls;
 mod alter_configs;
+mod alter_user_scram;
 mod api_versions;
 mod configs;
 mod create_partitions;
@@ -43,6 +46,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_log_dirs;
+mod describe_user_scram;
 mod elect_leaders;
 mod errors;
 mod fetch;
@@ -290,6 +294,13 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Started<Pending> {
             alter_configs::handle_incremental(conn, header, r)
         }
         KafkaRequest::InitProducerId(r) => init_producer_id::handle(conn, header, r),
+        KafkaRequest::DescribeAcls(r) => acls::describe(conn, header, r),
+        KafkaRequest::CreateAcls(r) => acls::create(conn, header, r),
+        KafkaRequest::DeleteAcls(r) => acls::delete(conn, header, r),
+        KafkaRequest::DescribeUserScramCredentials(r) => {
+            describe_user_scram::handle(conn, header, r)
+        }
+        KafkaRequest::AlterUserScramCredentials(r) => alter_user_scram::handle(conn, header, r),
         KafkaRequest::SaslHandshake(r) => sasl::handshake(conn, header, r),
         KafkaRequest::SaslAuthenticate(r) => sasl::authenticate(conn, header, r),
         group => groups::handle(conn, header, group),
