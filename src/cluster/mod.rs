@@ -16,7 +16,10 @@
 
 pub mod config;
 pub mod controller;
+pub mod identity;
+pub mod node;
 pub mod raft_log;
+pub mod status;
 pub mod transport;
 pub mod wire;
 

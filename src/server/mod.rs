@@ -9,6 +9,7 @@
 //! - [`io`]: socket reads and writes shared by a connection's two tasks.
 //! - [`scrape`]: the `/metrics` endpoint.
 
+mod cluster;
 pub mod connection;
 pub mod handoff;
 pub mod hermit;
@@ -60,6 +61,8 @@ pub enum ServeError {
     Core { core: usize, reason: String },
     #[error("bad configuration: {0}")]
     Config(String),
+    #[error("cannot join the cluster: {0}")]
+    Cluster(String),
 }
 
 /// Longest wait for the cores to connect their mesh at start.
@@ -126,7 +129,10 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         ready: Arc::new(AtomicUsize::new(0)),
         finished: Arc::new(AtomicUsize::new(0)),
     };
-    let connections = Arc::new(AtomicUsize::new(0));
+    let shared = Shared {
+        connections: Arc::new(AtomicUsize::new(0)),
+        cluster: cluster::view(&config),
+    };
     let mut metrics_listener = bind_metrics(&config)?;
 
     let mut handles = Vec::with_capacity(cores);
@@ -141,7 +147,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
             _ => None,
         };
         let (config, mesh, barriers) = (Arc::clone(&config), mesh.clone(), barriers.clone());
-        let connections = Arc::clone(&connections);
+        let shared = shared.clone();
         // Core 0 serves the metrics endpoint (its answers cover every core).
         let metrics = if index == 0 {
             metrics_listener.take()
@@ -155,9 +161,9 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
             builder = builder.spin_before_park(config.idle_poll);
         }
         let handle = builder
-            .spawn(move || async move {
-                run_core(config, mesh, cpu, barriers, connections, metrics).await
-            })
+            .spawn(
+                move || async move { run_core(config, mesh, cpu, barriers, shared, metrics).await },
+            )
             .map_err(|e| ServeError::Executor {
                 core: index,
                 reason: e.to_string(),
@@ -249,17 +255,24 @@ impl Barriers {
     }
 }
 
+/// What every core shares besides the mesh: the open connections (one limit for the
+/// broker) and the node's cluster view.
+#[derive(Clone)]
+struct Shared {
+    connections: Arc<AtomicUsize>,
+    cluster: Arc<crate::cluster::status::ClusterView>,
+}
+
 async fn run_core(
     config: Arc<BrokerConfig>,
     mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
     cpu: Option<usize>,
     barriers: Barriers,
-    connections: Arc<AtomicUsize>,
+    shared: Shared,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
     let passed = Passed::default();
-    let result =
-        run_core_phases(&config, mesh, cpu, &barriers, &passed, connections, metrics).await;
+    let result = run_core_phases(&config, mesh, cpu, &barriers, &passed, shared, metrics).await;
     if result.is_err() {
         barriers.stop.store(true, Ordering::Release);
         if !passed.ready.get() {
@@ -278,7 +291,7 @@ async fn run_core_phases(
     cpu: Option<usize>,
     barriers: &Barriers,
     passed: &Passed,
-    connections: Arc<AtomicUsize>,
+    shared: Shared,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
     // An Option field is left out when None (no `Some(0)` in the logs).
@@ -317,6 +330,7 @@ async fn run_core_phases(
         Mesh::new(core, Some(senders)),
     ));
     shard.start_receivers(receivers);
+    shard.set_cluster_view(shared.cluster);
 
     shard.load().await.map_err(|e| ServeError::Core {
         core,
@@ -328,7 +342,7 @@ async fn run_core_phases(
     // partition that is still being opened.
     barriers.all_ready().await;
 
-    let served = serve_core(&shard, config, cpu, barriers, connections, metrics).await;
+    let served = serve_core(&shard, config, cpu, barriers, shared.connections, metrics).await;
     if let Err(error) = &served {
         error!(core, %error, "core cannot serve; stopping the broker");
         barriers.stop.store(true, Ordering::Release);
@@ -369,6 +383,8 @@ async fn serve_core(
         let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
         glommio::spawn_local(scrape::serve_metrics(Rc::clone(shard), listener)).detach();
     }
+    // Core 0 joins the cluster before it listens for clients.
+    let cluster = cluster::start(shard).await?;
     let mut listeners = vec![bind(config.listen)?];
     // The port the placement advertises for this core is the one it listens on.
     let shard_port = (shard.placement().address(shard.here())).and_then(|a| a.shard_port);
@@ -426,6 +442,9 @@ async fn serve_core(
             open = connection_tasks.get(),
             "connections still open at the drain deadline"
         );
+    }
+    if let Some(cluster) = cluster {
+        cluster.stop().await;
     }
     Ok(())
 }

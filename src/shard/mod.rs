@@ -120,6 +120,8 @@ pub struct Shard {
     controller_lock: glommio::sync::Semaphore,
     /// How this core serves a connection another core hands it (registered by the server).
     adopter: RefCell<Option<handoff::Adopter>>,
+    /// What this node knows of its cluster, shared by the cores (set by the server).
+    cluster: std::cell::OnceCell<Arc<crate::cluster::status::ClusterView>>,
 }
 
 impl Shard {
@@ -153,7 +155,18 @@ impl Shard {
             deleted_topics: Default::default(),
             controller_lock: glommio::sync::Semaphore::new(1),
             adopter: RefCell::new(None),
+            cluster: std::cell::OnceCell::new(),
         }
+    }
+
+    /// Gives this core the node's cluster view (once; a later call is ignored).
+    pub fn set_cluster_view(&self, view: Arc<crate::cluster::status::ClusterView>) {
+        let _ = self.cluster.set(view);
+    }
+
+    /// The node's cluster view, when the server set one.
+    pub fn cluster_view(&self) -> Option<&Arc<crate::cluster::status::ClusterView>> {
+        self.cluster.get()
     }
 
     pub fn cores(&self) -> usize {
