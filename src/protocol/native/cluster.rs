@@ -129,7 +129,10 @@ mod tests {
     fn a_status_round_trips() {
         let mut frame = Vec::new();
         encode_cluster_status_response(&mut frame, 9, &status());
-        assert_eq!(decode_cluster_status_response(body(&frame)).unwrap(), status());
+        assert_eq!(
+            decode_cluster_status_response(body(&frame)).unwrap(),
+            status()
+        );
     }
 
     #[test]
@@ -138,7 +141,10 @@ mod tests {
         encode_cluster_status_response(&mut frame, 9, &status());
         let whole = body(&frame);
         for cut in 0..whole.len() {
-            assert!(decode_cluster_status_response(&whole[..cut]).is_err(), "cut at {cut}");
+            assert!(
+                decode_cluster_status_response(&whole[..cut]).is_err(),
+                "cut at {cut}"
+            );
         }
         // A count the body cannot hold is refused before anything is allocated for it.
         let mut lying = whole[..21].to_vec();
