@@ -13,6 +13,8 @@
 //! core 0 keeps serving clients meanwhile. Ticks and steps touch memory only and stay on
 //! the executor.
 
+mod propose;
+
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_lite::future;
-use glommio::channels::local_channel::LocalReceiver;
+use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use raft::StateRole;
 use tracing::{debug, info, warn};
 
@@ -29,11 +31,27 @@ use crate::cluster::controller::driver::{Controller, DriverConfig, DriverError, 
 use crate::cluster::controller::raft_store::{RaftStore, controller_dir};
 use crate::cluster::controller::state::Command;
 use crate::cluster::identity::{self, ClusterIdError};
-use crate::cluster::status::{ClusterStatus, ClusterView, NodeStatus, Role, Snapshot};
+use crate::cluster::status::{
+    ClusterStatus, ClusterView, NodeStatus, PlacedTopic, Role, Snapshot, TopicOwners,
+};
 use crate::cluster::transport::{Received, Transport, TransportConfig, TransportError};
 use crate::cluster::wire::CONTROLLER_GROUP;
 use crate::cluster::{ClusterId, NodeId};
 
+pub use propose::{PROPOSE_TIMEOUT, ProposeError, Proposer};
+
+/// What the node's topics must follow, sent by the driver once the view shows it: a topic
+/// the controller deleted, or any other change of its topics (the receiver compares the
+/// view's topics with the ones it has).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicChange {
+    Deleted(String),
+    Changed,
+}
+
+/// Topic changes waiting for the node's topic task at most; `Changed` is dropped when
+/// full (one is enough), a lost `Deleted` is logged.
+const TOPIC_CHANGES_MAX: usize = 1024;
 /// Messages from peers waiting for the driver at most.
 const INBOX_CAPACITY: usize = 4096;
 /// Messages stepped in one round before the driver persists and answers.
@@ -76,6 +94,8 @@ pub struct ClusterNode {
     done: Rc<std::cell::Cell<bool>>,
     pub cluster_id: ClusterId,
     pub listen: std::net::SocketAddr,
+    pub proposer: Proposer,
+    changes: Option<LocalReceiver<TopicChange>>,
 }
 
 impl ClusterNode {
@@ -107,10 +127,12 @@ impl ClusterNode {
         let rx = transport.register(CONTROLLER_GROUP, INBOX_CAPACITY);
         let stop = Rc::new(std::cell::Cell::new(false));
         let done = Rc::new(std::cell::Cell::new(false));
-        let driver = Driver::new(&setup, controller, transport, view);
+        let (proposer, requests) = Proposer::new();
+        let (changes_tx, changes) = local_channel::new_bounded(TOPIC_CHANGES_MAX);
+        let driver = Driver::new(&setup, controller, transport, view, changes_tx);
         let (stop2, done2) = (Rc::clone(&stop), Rc::clone(&done));
         let task = glommio::spawn_local(async move {
-            if let Err(error) = driver.run(rx, &stop2).await {
+            if let Err(error) = driver.run(rx, requests, &stop2).await {
                 tracing::error!(%error, "the controller stopped; this node takes no part in the cluster until restarted");
             }
             done2.set(true);
@@ -122,7 +144,14 @@ impl ClusterNode {
             done,
             cluster_id,
             listen,
+            proposer,
+            changes: Some(changes),
         })
+    }
+
+    /// The topic changes to follow (once: a second call gets `None`).
+    pub fn take_changes(&mut self) -> Option<LocalReceiver<TopicChange>> {
+        self.changes.take()
     }
 
     /// Stops the driver after its current round (its store's writes finish first) and
@@ -159,6 +188,12 @@ struct Driver {
     /// proposed.
     heard: HashMap<NodeId, Instant>,
     liveness_sent: HashMap<NodeId, Instant>,
+    waiting: propose::Waiting,
+    changes: LocalSender<TopicChange>,
+    /// Topic changes applied in this round, sent once the view shows them.
+    pending: Vec<TopicChange>,
+    /// The applied index the view's topics were built at.
+    owners_at: Option<u64>,
 }
 
 impl Driver {
@@ -167,6 +202,7 @@ impl Driver {
         controller: Controller,
         transport: Transport,
         view: Arc<ClusterView>,
+        changes: LocalSender<TopicChange>,
     ) -> Driver {
         let me = setup.cluster.node;
         let cluster_addr = setup
@@ -194,6 +230,10 @@ impl Driver {
             leader_changes: 0,
             heard: HashMap::new(),
             liveness_sent: HashMap::new(),
+            waiting: propose::Waiting::default(),
+            changes,
+            pending: Vec::new(),
+            owners_at: None,
         }
     }
 
@@ -212,18 +252,31 @@ impl Driver {
     async fn run(
         mut self,
         rx: LocalReceiver<Received>,
+        requests: LocalReceiver<propose::Request>,
         stop: &std::cell::Cell<bool>,
     ) -> Result<(), NodeError> {
         let mut next_tick = Instant::now() + self.tick;
         while !stop.get() {
             let wait = next_tick.saturating_duration_since(Instant::now());
-            let first = future::or(rx.recv(), async {
-                glommio::timer::sleep(wait).await;
-                None
+            let first = future::or(async { Wake::Peer(rx.recv().await) }, async {
+                future::or(async { Wake::Request(requests.recv().await) }, async {
+                    glommio::timer::sleep(wait).await;
+                    Wake::Tick
+                })
+                .await
             })
             .await;
+            let mut got = match first {
+                Wake::Peer(received) => received,
+                Wake::Request(Some(request)) => {
+                    let id = self.proposal_id();
+                    let controller = self.controller.as_mut().expect("the controller is here");
+                    self.waiting.start(controller, id, request);
+                    None
+                }
+                Wake::Request(None) | Wake::Tick => None,
+            };
             let mut steps = 0;
-            let mut got = first;
             while let Some(received) = got {
                 // A message raft-rs refuses (a stale term, a node outside the group) is
                 // its business; it is only logged.
@@ -244,8 +297,10 @@ impl Driver {
             }
             self.propose_register(now);
             self.propose_liveness(now);
+            self.waiting.expire(now);
             self.ready().await?;
             self.publish();
+            self.send_topic_changes();
         }
         info!(node = self.me.0, "controller stopping");
         Ok(())
@@ -295,6 +350,12 @@ impl Driver {
                 result,
                 proposal,
             } => {
+                if let (Command::DeleteTopic { name }, Ok(())) = (&command, &result) {
+                    self.pending.push(TopicChange::Deleted(name.clone()));
+                }
+                if let Some(id) = proposal {
+                    self.waiting.applied(id, result.clone());
+                }
                 if let Err(error) = &result {
                     debug!(index, ?command, %error, "controller command refused");
                 } else if proposal.is_some() {
@@ -377,9 +438,25 @@ impl Driver {
         self.next_proposal
     }
 
+    /// Sends the topic changes the view now shows to the node's topic task.
+    fn send_topic_changes(&mut self) {
+        for change in self.pending.drain(..) {
+            if let Err(error) = self.changes.try_send(change.clone())
+                && change != TopicChange::Changed
+            {
+                warn!(?change, %error, "a topic change was not passed on; the node's topics may lag the controller's until restart");
+            }
+        }
+    }
+
     /// Writes what this node knows to the shared view; logs a new leader or term.
     fn publish(&mut self) {
         let controller = self.controller.as_ref().expect("the controller is here");
+        if self.owners_at != Some(controller.applied()) {
+            self.owners_at = Some(controller.applied());
+            self.view.set_owners(owners_of(controller));
+            self.pending.push(TopicChange::Changed);
+        }
         let status = status_of(self.me, controller);
         if status.leader.is_some() && (status.leader, status.term) != self.seen {
             self.seen = (status.leader, status.term);
@@ -398,6 +475,33 @@ impl Driver {
             leader_changes: self.leader_changes,
         });
     }
+}
+
+/// What a driver round woke for.
+enum Wake {
+    Peer(Option<Received>),
+    Request(Option<propose::Request>),
+    Tick,
+}
+
+/// The controller's topics, as the view shows them.
+fn owners_of(controller: &Controller) -> TopicOwners {
+    controller
+        .state()
+        .topics()
+        .map(|t| {
+            let owners = t
+                .partitions
+                .iter()
+                .map(|p| p.replicas.first().map_or((NodeId(0), 0), |r| (r.node, r.core)))
+                .collect();
+            let placed = PlacedTopic {
+                settings: t.settings.clone(),
+                owners,
+            };
+            (t.name.clone(), placed)
+        })
+        .collect()
 }
 
 /// What `controller` knows, as the view shows it.

@@ -3,6 +3,7 @@
 //! a metrics scrape. A plain lock around a small value: written a few times a second at
 //! most, read once per request that asks for it, never on the produce or fetch path.
 
+use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use crate::cluster::NodeId;
@@ -109,10 +110,24 @@ pub struct Snapshot {
     pub leader_changes: u64,
 }
 
+/// A topic the controller placed: its settings and where each partition's leader lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacedTopic {
+    pub settings: std::collections::BTreeMap<String, String>,
+    /// `(node, core)` of each partition's leader, by partition.
+    pub owners: Vec<(NodeId, u16)>,
+}
+
+/// Every topic the controller placed, by name.
+pub type TopicOwners = HashMap<String, PlacedTopic>;
+
 /// Shared between the cores (an `Arc` each).
 #[derive(Debug)]
 pub struct ClusterView {
     inner: RwLock<Snapshot>,
+    /// Read on every produce and fetch of a cluster node (the shard's placement), so kept
+    /// apart from the status and replaced whole when the controller's topics change.
+    owners: RwLock<Arc<TopicOwners>>,
 }
 
 impl ClusterView {
@@ -123,7 +138,43 @@ impl ClusterView {
                 transport: TransportStats::default(),
                 leader_changes: 0,
             }),
+            owners: RwLock::new(Arc::default()),
         })
+    }
+
+    /// The leader's place of `topic`'s `partition`, when the controller placed the topic.
+    pub fn owner(&self, topic: &str, partition: u32) -> Option<(NodeId, u16)> {
+        let owners = self
+            .owners
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        owners.get(topic)?.owners.get(partition as usize).copied()
+    }
+
+    /// Whether the controller placed `topic`.
+    pub fn has_topic(&self, topic: &str) -> bool {
+        let owners = self
+            .owners
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        owners.contains_key(topic)
+    }
+
+    /// Every topic the controller placed.
+    pub fn topics(&self) -> Arc<TopicOwners> {
+        Arc::clone(
+            &self
+                .owners
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
+
+    pub fn set_owners(&self, owners: TopicOwners) {
+        *self
+            .owners
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(owners);
     }
 
     pub fn snapshot(&self) -> Snapshot {
