@@ -20,6 +20,7 @@ pub mod identity;
 pub mod node;
 pub mod raft_log;
 pub mod status;
+pub mod table;
 pub mod transport;
 pub mod wire;
 

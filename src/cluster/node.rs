@@ -493,7 +493,11 @@ fn owners_of(controller: &Controller) -> TopicOwners {
             let owners = t
                 .partitions
                 .iter()
-                .map(|p| p.replicas.first().map_or((NodeId(0), 0), |r| (r.node, r.core)))
+                .map(|p| {
+                    p.replicas
+                        .first()
+                        .map_or((NodeId(0), 0), |r| (r.node, r.core))
+                })
                 .collect();
             let placed = PlacedTopic {
                 settings: t.settings.clone(),

@@ -1,6 +1,8 @@
 //! Starting and stopping this node's cluster membership (`cluster::node`) with the broker:
-//! the view every core reads, and the controller on core 0 when `serve` has the cluster
-//! flags.
+//! the view every core reads, the shard's placement table, and the controller on core 0
+//! when `serve` has the cluster flags, with the node's topics following it ([`topics`]).
+
+mod topics;
 
 use std::rc::Rc;
 use std::sync::Arc;
@@ -9,9 +11,11 @@ use crate::cluster::NodeId;
 use crate::cluster::controller::driver::DriverConfig;
 use crate::cluster::node::{ClusterNode, NodeSetup};
 use crate::cluster::status::{ClusterStatus, ClusterView, Role};
+use crate::cluster::table::ClusterTable;
 use crate::config::BrokerConfig;
 use crate::server::ServeError;
 use crate::shard::Shard;
+use crate::shard::mesh::Mesh;
 
 /// The view the cores share: a one-node cluster without the cluster flags, else this node
 /// with no leader known until the controller says so.
@@ -52,8 +56,26 @@ fn client_addr(config: &BrokerConfig) -> String {
     crate::cluster::config::PeerAddr { host, port }.to_host_port()
 }
 
+/// Core `core`'s shard: on a cluster node its placement answers from the controller's
+/// topics ([`ClusterTable`]), else the one-node table.
+pub(crate) fn shard(
+    core: usize,
+    config: &Arc<BrokerConfig>,
+    mesh: Mesh,
+    view: &Arc<ClusterView>,
+) -> Shard {
+    match &config.cluster {
+        Some(cluster) => {
+            let table = ClusterTable::new(config, cluster.node, Arc::clone(view));
+            Shard::with_placement(core, Arc::clone(config), mesh, Box::new(table))
+        }
+        None => Shard::new(core, Arc::clone(config), mesh),
+    }
+}
+
 /// On core 0 of a node started with the cluster flags: joins the cluster (the transport
-/// listens, the controller opens). `None` elsewhere.
+/// listens, the controller opens), sends topic creations and deletions to the controller
+/// and makes on this node what it applies. `None` elsewhere.
 pub(crate) async fn start(shard: &Rc<Shard>) -> Result<Option<ClusterNode>, ServeError> {
     let config = &shard.config;
     let (Some(cluster), Some(view)) = (&config.cluster, shard.cluster_view()) else {
@@ -69,8 +91,15 @@ pub(crate) async fn start(shard: &Rc<Shard>) -> Result<Option<ClusterNode>, Serv
         cores: u16::try_from(config.cores).unwrap_or(u16::MAX),
         driver: DriverConfig::default(),
     };
-    ClusterNode::start(setup, Arc::clone(view))
+    let mut node = ClusterNode::start(setup, Arc::clone(view))
         .await
-        .map(Some)
-        .map_err(|e| ServeError::Cluster(e.to_string()))
+        .map_err(|e| ServeError::Cluster(e.to_string()))?;
+    shard.set_topic_controller(Rc::new(topics::ControllerTopics {
+        proposer: node.proposer.clone(),
+        shard: Rc::downgrade(shard),
+    }));
+    if let Some(changes) = node.take_changes() {
+        glommio::spawn_local(topics::follow(Rc::clone(shard), Arc::clone(view), changes)).detach();
+    }
+    Ok(Some(node))
 }

@@ -324,11 +324,8 @@ async fn run_core_phases(
         }
     };
     let core = senders.peer_id();
-    let shard = Rc::new(Shard::new(
-        core,
-        Arc::clone(config),
-        Mesh::new(core, Some(senders)),
-    ));
+    let mesh = Mesh::new(core, Some(senders));
+    let shard = Rc::new(cluster::shard(core, config, mesh, &shared.cluster));
     shard.start_receivers(receivers);
     shard.set_cluster_view(shared.cluster);
 

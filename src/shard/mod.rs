@@ -122,6 +122,19 @@ pub struct Shard {
     adopter: RefCell<Option<handoff::Adopter>>,
     /// What this node knows of its cluster, shared by the cores (set by the server).
     cluster: std::cell::OnceCell<Arc<crate::cluster::status::ClusterView>>,
+    /// On a cluster node's controller core: where topic creation and deletion go.
+    topic_controller: std::cell::OnceCell<Rc<dyn TopicController>>,
+}
+
+/// Where a cluster node's topic changes go instead of being made here at once (the
+/// cluster's controller, set by the server). The node makes them when they are applied.
+pub trait TopicController {
+    fn create(
+        &self,
+        meta: TopicMeta,
+        if_not_exists: bool,
+    ) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
+    fn delete(&self, name: String) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
 }
 
 impl Shard {
@@ -156,7 +169,17 @@ impl Shard {
             controller_lock: glommio::sync::Semaphore::new(1),
             adopter: RefCell::new(None),
             cluster: std::cell::OnceCell::new(),
+            topic_controller: std::cell::OnceCell::new(),
         }
+    }
+
+    /// Sends this core's topic creations and deletions to `controller` (once).
+    pub fn set_topic_controller(&self, controller: Rc<dyn TopicController>) {
+        let _ = self.topic_controller.set(controller);
+    }
+
+    fn topic_controller(&self) -> Option<Rc<dyn TopicController>> {
+        self.topic_controller.get().cloned()
     }
 
     /// Gives this core the node's cluster view (once; a later call is ignored).

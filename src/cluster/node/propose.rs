@@ -57,10 +57,13 @@ impl Proposer {
         self.requests
             .try_send(request)
             .map_err(|_| ProposeError::Driver(String::from("too many changes waiting")))?;
-        futures_lite::future::or(async { outcome.recv().await.unwrap_or(Err(ProposeError::Stopped)) }, async {
-            glommio::timer::sleep(PROPOSE_TIMEOUT).await;
-            Err(ProposeError::TimedOut(PROPOSE_TIMEOUT))
-        })
+        futures_lite::future::or(
+            async { outcome.recv().await.unwrap_or(Err(ProposeError::Stopped)) },
+            async {
+                glommio::timer::sleep(PROPOSE_TIMEOUT).await;
+                Err(ProposeError::TimedOut(PROPOSE_TIMEOUT))
+            },
+        )
         .await
     }
 }
