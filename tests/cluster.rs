@@ -291,15 +291,16 @@ fn topics_go_through_the_controller_and_each_node_makes_its_share() {
     use pagurus::protocol::record::encode_batch;
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = Cluster::start(dir.path(), 3);
-    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    let (leader, _) = agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
 
-    // Created through node 2 (a follower or the leader: either way the controller's).
+    // Created through a follower: raft-rs forwards the proposal to the leader.
     let settings = TopicSettings {
         partitions: 12,
         ..Default::default()
     };
+    let follower = leader % 3 + 1;
     cluster
-        .node(2)
+        .node(follower)
         .client()
         .create_topic("orders", settings)
         .unwrap();
@@ -330,37 +331,48 @@ fn topics_go_through_the_controller_and_each_node_makes_its_share() {
     let other = partitions_on(dir.path(), 2, "orders")[0];
     let batch = encode_batch(0, b"", b"here", 1);
     let mut client = cluster.node(1).client();
-    client.produce("orders", mine, std::slice::from_ref(&batch)).unwrap();
+    client
+        .produce("orders", mine, std::slice::from_ref(&batch))
+        .unwrap();
     let refused = client.produce("orders", other, &[batch]).unwrap_err();
     assert_eq!(refused.code(), Some(ErrorCode::NotHere), "{refused}");
 
-    // A node down while a topic is created makes its share when it comes back. (The
-    // leader marks a node down 3 s after it last heard from it, and placement skips a
-    // down node: created at once after the kill, node 3 normally still has its 4.)
-    cluster.node(3).kill();
+    // The leader is killed and a topic created at once through another node: the proposal
+    // waits for the new leader (or is made again to it), and the killed node makes its
+    // share when it comes back. (The leader marks a node down 3 s after it last heard from
+    // it and placement skips a down node, so the killed node usually has none: the new
+    // leader is elected within about 2 s and judges the old one 3 s later.)
+    let (down, _) = agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    let up: Vec<u16> = (1..=3).filter(|&id| id != down).collect();
+    cluster.node(down).kill();
     cluster
-        .node(1)
+        .node(up[0])
         .client()
         .create_topic("later", settings)
         .unwrap();
     let mut on_others = 0;
-    eventually("nodes 1 and 2 make their shares of later", || {
+    eventually("the other two make their shares of later", || {
         let (one, two) = (
-            partitions_on(dir.path(), 1, "later").len(),
-            partitions_on(dir.path(), 2, "later").len(),
+            partitions_on(dir.path(), up[0], "later").len(),
+            partitions_on(dir.path(), up[1], "later").len(),
         );
         on_others = one + two;
         one == two && (one == 4 || one == 6)
     });
-    assert!(partitions_on(dir.path(), 3, "later").is_empty());
-    cluster.node(3).restart();
+    assert!(partitions_on(dir.path(), down, "later").is_empty());
+    cluster.node(down).restart();
     eventually(
-        "node 3 makes its share of a topic created while it was down",
-        || partitions_on(dir.path(), 3, "later").len() == 12 - on_others,
+        "the killed node makes its share of a topic created while it was down",
+        || partitions_on(dir.path(), down, "later").len() == 12 - on_others,
     );
-    if on_others == 12 {
-        eprintln!("node 3 was marked down before the creation: nothing to make on it");
-    }
+    eventually("the killed node has the topic", || {
+        status(&cluster.nodes[usize::from(down) - 1]).is_some_and(|s| s.leader != 0)
+            && cluster
+                .node(down)
+                .client()
+                .metadata(&["later"])
+                .is_ok_and(|m| m.topics.iter().any(|t| t.name == "later" && t.error == 0))
+    });
 
     // Deleted through node 3: gone from every node.
     cluster.node(3).client().delete_topic("orders").unwrap();

@@ -270,8 +270,7 @@ impl Driver {
                 Wake::Peer(received) => received,
                 Wake::Request(Some(request)) => {
                     let id = self.proposal_id();
-                    let controller = self.controller.as_mut().expect("the controller is here");
-                    self.waiting.start(controller, id, request);
+                    self.waiting.start(id, request);
                     None
                 }
                 Wake::Request(None) | Wake::Tick => None,
@@ -298,6 +297,8 @@ impl Driver {
             self.propose_register(now);
             self.propose_liveness(now);
             self.waiting.expire(now);
+            let controller = self.controller.as_mut().expect("the controller is here");
+            self.waiting.propose(controller);
             self.ready().await?;
             self.publish();
             self.send_topic_changes();

@@ -2,7 +2,10 @@
 //! deleted through any node): a [`Proposer`] hands a command to the driver task on the
 //! same executor, which proposes it (forwarded to the leader by raft-rs when this node
 //! follows) and answers once the command is applied here, with the outcome every node
-//! reached. Every wait is bounded: a proposal lost in a leader change times out.
+//! reached. A proposal made while no leader is known waits for one; one forwarded to a
+//! leader that then changes (lost with it, or not) is made again to the new one, under
+//! the same id: the first to apply answers, a second one is applied as a refusal
+//! (`TopicExists`, `UnknownTopic`) that nobody waits for. Every wait is bounded.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -19,11 +22,11 @@ const REQUESTS_MAX: usize = 256;
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ProposeError {
-    #[error("no controller leader is known (the cluster has no quorum, or is electing one)")]
-    NoLeader,
     #[error(transparent)]
     Refused(#[from] CommandError),
-    #[error("the controller did not apply the change within {0:?}; it may still be applied")]
+    #[error(
+        "the controller did not apply the change within {0:?} (no leader, or no quorum); it may still be applied"
+    )]
     TimedOut(Duration),
     #[error("the controller is not running")]
     Stopped,
@@ -68,33 +71,61 @@ impl Proposer {
     }
 }
 
+/// A proposal not yet applied.
+struct Waiter {
+    since: Instant,
+    command: Command,
+    reply: LocalSender<Result<(), ProposeError>>,
+    /// The leader it was last proposed to; `None` while not proposed yet.
+    proposed_to: Option<crate::cluster::NodeId>,
+}
+
 /// The driver's side: proposals made and not yet applied, by proposal id.
 #[derive(Default)]
 pub(super) struct Waiting {
-    waiters: HashMap<u64, (Instant, LocalSender<Result<(), ProposeError>>)>,
+    waiters: HashMap<u64, Waiter>,
 }
 
 impl Waiting {
-    /// Proposes `request` under `id`; a refusal is answered at once.
-    pub(super) fn start(&mut self, controller: &mut Controller, id: u64, request: Request) {
-        match controller.propose_anywhere(&request.command, id) {
-            Ok(()) => {
-                self.waiters.insert(id, (Instant::now(), request.reply));
+    /// Takes `request` under `id`; it is proposed by the next [`Waiting::propose`].
+    pub(super) fn start(&mut self, id: u64, request: Request) {
+        let waiter = Waiter {
+            since: Instant::now(),
+            command: request.command,
+            reply: request.reply,
+            proposed_to: None,
+        };
+        self.waiters.insert(id, waiter);
+    }
+
+    /// Proposes every waiting command not yet proposed to the leader known now; one this
+    /// node's state refuses is answered at once.
+    pub(super) fn propose(&mut self, controller: &mut Controller) {
+        let Some(leader) = controller.leader() else {
+            return;
+        };
+        let mut refused = Vec::new();
+        for (id, waiter) in &mut self.waiters {
+            if waiter.proposed_to == Some(leader) {
+                continue;
             }
-            Err(error) => {
-                let failure = match error {
-                    DriverError::NotLeader { .. } => ProposeError::NoLeader,
-                    DriverError::Refused(refused) => ProposeError::Refused(refused),
-                    other => ProposeError::Driver(other.to_string()),
-                };
-                let _ = request.reply.try_send(Err(failure));
+            match controller.propose_anywhere(&waiter.command, *id) {
+                Ok(()) => waiter.proposed_to = Some(leader),
+                Err(DriverError::NotLeader { .. }) => {}
+                Err(DriverError::Refused(why)) => refused.push((*id, ProposeError::Refused(why))),
+                Err(other) => refused.push((*id, ProposeError::Driver(other.to_string()))),
+            }
+        }
+        for (id, failure) in refused {
+            if let Some(waiter) = self.waiters.remove(&id) {
+                let _ = waiter.reply.try_send(Err(failure));
             }
         }
     }
 
     /// The proposal `id` was applied here with `result`.
     pub(super) fn applied(&mut self, id: u64, result: Result<(), CommandError>) {
-        if let Some((_, reply)) = self.waiters.remove(&id) {
+        if let Some(Waiter { reply, .. }) = self.waiters.remove(&id) {
             // The proposer may have timed out and gone: nothing to tell then.
             let _ = reply.try_send(result.map_err(ProposeError::from));
         }
@@ -103,6 +134,6 @@ impl Waiting {
     /// Forgets proposals their proposers stopped waiting for.
     pub(super) fn expire(&mut self, now: Instant) {
         self.waiters
-            .retain(|_, (since, _)| now.duration_since(*since) < PROPOSE_TIMEOUT * 2);
+            .retain(|_, waiter| now.duration_since(waiter.since) < PROPOSE_TIMEOUT);
     }
 }
