@@ -386,3 +386,96 @@ fn topics_go_through_the_controller_and_each_node_makes_its_share() {
         assert!(node.terminate().success(), "{}", node.log_text());
     }
 }
+
+/// `kcat ARGS` with `input` on stdin, within 30 s; its stdout.
+fn kcat(args: &[&str], input: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("timeout")
+        .arg("30")
+        .arg("kcat")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "kcat {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn a_kafka_client_bootstrapped_on_one_node_reaches_every_partition() {
+    if !common::have("kcat", "kcat", &["-V"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3);
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    let settings = pagurus::protocol::native::TopicSettings {
+        partitions: 6,
+        ..Default::default()
+    };
+    cluster
+        .node(3)
+        .client()
+        .create_topic("spread", settings)
+        .unwrap();
+    let bootstrap = cluster.node(1).addr.to_string();
+
+    // The metadata lists every node's broker (node << 16 | core) and each partition's.
+    let listing = kcat(&["-b", &bootstrap, "-L", "-t", "spread"], "");
+    for broker in [65536, 131072, 196608] {
+        assert!(
+            listing.contains(&format!("broker {broker} at")),
+            "{listing}"
+        );
+    }
+    for partition in 0..6 {
+        kcat(
+            &[
+                "-b",
+                &bootstrap,
+                "-P",
+                "-t",
+                "spread",
+                "-p",
+                &partition.to_string(),
+            ],
+            &format!("m{partition}\n"),
+        );
+    }
+    let consumed = kcat(
+        &[
+            "-b",
+            &bootstrap,
+            "-C",
+            "-t",
+            "spread",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+        ],
+        "",
+    );
+    let mut got: Vec<&str> = consumed.lines().collect();
+    got.sort_unstable();
+    assert_eq!(got, ["m0", "m1", "m2", "m3", "m4", "m5"]);
+    for id in 1..=3 {
+        assert_eq!(partitions_on(dir.path(), id, "spread").len(), 2);
+    }
+    for node in &mut cluster.nodes {
+        assert!(node.terminate().success(), "{}", node.log_text());
+    }
+}
