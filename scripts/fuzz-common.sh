@@ -1,7 +1,7 @@
 # Shared by scripts/fuzz.sh and scripts/fuzz-smoke.sh (sourced, not run).
 # The fuzz crate (fuzz/) builds with the nightly toolchain, which exists for tools only.
 NIGHTLY=${NIGHTLY:-nightly}
-FUZZ_TARGETS=(native_request hermit_v1 recovery_scan)
+FUZZ_TARGETS=(native_request hermit_v1 recovery_scan sasl_scram)
 # AddressSanitizer for long runs; CI's smoke builds without it (a shorter build; the
 # targets' own checks and Rust's bounds and overflow checks still apply).
 FUZZ_SANITIZER=${FUZZ_SANITIZER:-address}

@@ -1,5 +1,6 @@
 //! Broker settings, shared read-only by every core.
 
+use crate::security::config::SecurityConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,6 +72,8 @@ pub struct BrokerConfig {
     /// `--advertised-host`); `None` outside one. With it, core 0 joins the cluster
     /// (`server::cluster`, docs/CLUSTER.md).
     pub cluster: Option<ClusterConfig>,
+    /// Listeners beyond the main one, TLS, the authorizer (`security::config`).
+    pub security: SecurityConfig,
 }
 
 /// The background compaction trigger.
@@ -115,6 +118,7 @@ impl Default for BrokerConfig {
             metrics_listen: None,
             idle_poll: IDLE_POLL_DEFAULT,
             cluster: None,
+            security: SecurityConfig::default(),
         }
     }
 }

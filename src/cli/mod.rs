@@ -2,6 +2,7 @@
 //! `PAGURUS_*` environment variable; the client subcommands read `--broker` from
 //! `PAGURUS_BROKER`, or from the client configuration file ([`profile`]).
 
+mod acls;
 mod cluster;
 mod consume;
 mod consume_group;
@@ -12,6 +13,7 @@ mod log_limit;
 mod produce;
 mod profile;
 mod serve;
+mod serve_security;
 mod topics;
 mod users;
 
@@ -77,6 +79,8 @@ pub enum Command {
     Cluster(cluster::ClusterArgs),
     /// Create, delete and list users on a stopped broker's data directory.
     Users(users::UsersArgs),
+    /// Add, remove and list ACLs on a stopped broker's data directory.
+    Acls(acls::AclsArgs),
     /// Drive a running broker and report throughput and latency percentiles.
     Bench(crate::bench::BenchArgs),
     /// Print a shell completion script: `source <(pagurus completion bash)`.
@@ -101,7 +105,9 @@ impl Command {
             Command::Groups(a) => Some((&mut a.target, None)),
             Command::Cluster(a) => Some((&mut a.target, None)),
             Command::Bench(a) => Some((&mut a.target, None)),
-            Command::Serve(_) | Command::Users(_) | Command::Completion(_) => None,
+            Command::Serve(_) | Command::Users(_) | Command::Acls(_) | Command::Completion(_) => {
+                None
+            }
         }
     }
 }
@@ -126,6 +132,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Groups(args) => groups::run(args),
         Command::Cluster(args) => cluster::run(args),
         Command::Users(args) => users::run(args),
+        Command::Acls(args) => acls::run(args),
         Command::Bench(args) => crate::bench::run(args),
         Command::Completion(args) => completion(args.shell),
     };

@@ -20,10 +20,11 @@ pub struct ServeArgs {
     /// first start and is refused to any other id, or to a start without one.
     #[arg(long, env = "PAGURUS_NODE_ID", value_parser = parse_node_id)]
     pub node_id: Option<u32>,
-    /// Address every core listens on (SO_REUSEPORT): IP:PORT, or HOST:PORT resolved at
-    /// start (its first IPv4 address, else its first).
-    #[arg(long, env = "PAGURUS_LISTEN", default_value = "127.0.0.1:9092", value_parser = parse_address)]
-    pub listen: SocketAddr,
+    /// Address every core listens on (SO_REUSEPORT) as a PLAINTEXT listener: IP:PORT, or
+    /// HOST:PORT resolved at start (its first IPv4 address, else its first). Without it
+    /// and without --listener: 127.0.0.1:9092.
+    #[arg(long, env = "PAGURUS_LISTEN", value_parser = parse_address)]
+    pub listen: Option<SocketAddr>,
     /// Executors, one per CPU; 0 = every CPU the process may run on.
     #[arg(long, env = "PAGURUS_CORES", default_value_t = 0)]
     pub cores: usize,
@@ -93,6 +94,8 @@ pub struct ServeArgs {
     /// host of --listen. Needs the cluster flags.
     #[arg(long, env = "PAGURUS_ADVERTISED_HOST", value_name = "HOST", value_parser = parse_advertised_host)]
     pub advertised_host: Option<String>,
+    #[command(flatten)]
+    pub security: super::serve_security::SecurityArgs,
 }
 
 /// `--cluster-peers`' value: the whole list is one flag value (a bare `Vec` would make clap
@@ -160,10 +163,14 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
 impl ServeArgs {
     /// The broker's settings, or why the flags do not go together.
     pub fn config(&self) -> Result<BrokerConfig, String> {
+        let (listen, security) = self
+            .security
+            .config(self.listen, BrokerConfig::default().listen)?;
         let config = BrokerConfig {
             data_dir: self.data_dir.clone(),
             node_id: self.node_id,
-            listen: self.listen,
+            listen,
+            security,
             cores: self.cores,
             shard_ports: !self.no_shard_ports,
             log: LogConfig {

@@ -180,7 +180,10 @@ fn load(data_dir: &Path) -> Result<Users, String> {
 /// Takes the data directory's lock, as the broker does at start, so the broker and this
 /// command never change the users file at once. `create_file`: make the lock file if it is
 /// missing (a new data directory); otherwise a missing one means no broker ever ran.
-fn lock(data_dir: &Path, create_file: bool) -> Result<Option<nix::fcntl::Flock<File>>, String> {
+pub(super) fn lock(
+    data_dir: &Path,
+    create_file: bool,
+) -> Result<Option<nix::fcntl::Flock<File>>, String> {
     if !data_dir.is_dir() {
         return Err(format!("{} is not a directory", data_dir.display()));
     }

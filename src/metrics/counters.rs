@@ -58,6 +58,27 @@ counters!(
     kafka_requests,
     /// Kafka requests for an API or version pagurus does not serve (answered UNSUPPORTED_VERSION).
     kafka_unsupported,
+    /// TLS handshakes that failed (a plaintext client on a TLS port, no or a bad client
+    /// certificate, no common cipher), or did not finish within the handshake timeout.
+    tls_handshakes_failed,
+    /// TLS connections established (user-space rustls; kTLS is not used yet).
+    tls_connections_userspace,
+    /// SASL logins that succeeded (re-authentications included).
+    auth_logins_succeeded,
+    /// SASL logins that failed (unknown user and wrong password alike), and SASL requests
+    /// out of order.
+    auth_logins_failed,
+    /// Connections closed for a request before their login, or after it expired.
+    auth_unauthenticated_refused,
+    /// Connections refused because their listener does not serve their protocol
+    /// (HermitMQ v1 on a SASL listener).
+    auth_protocol_refused,
+    /// Requests (or parts of one) refused by the ACLs, on a topic.
+    authz_denied_topic,
+    /// ... on a group.
+    authz_denied_group,
+    /// ... on the cluster (or a transactional id).
+    authz_denied_cluster,
     /// Kafka topic configs refused (unknown name, bad value, read-only), answered INVALID_CONFIG.
     kafka_configs_refused,
     /// Time seeks answered with a batch's first offset because its records could not be

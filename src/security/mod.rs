@@ -13,11 +13,16 @@
 //!   protocols each security protocol serves.
 //! - [`store`]: how the files under `<data-dir>/security/` are checked and written.
 //!
-//! Not wired into the sessions yet: docs/SECURITY.md says what is and what is not.
+//! - [`config`]: the security flags of `serve`, checked together.
+//! - [`runtime`]: the state every core shares: TLS configurations, users, the authorizer.
+//!
+//! docs/SECURITY.md says what is wired into the sessions and what is not yet.
 
 pub mod acl;
+pub mod config;
 pub mod listener;
 pub mod plain;
+pub mod runtime;
 pub mod scram;
 pub mod store;
 pub mod tls;

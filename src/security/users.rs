@@ -63,6 +63,14 @@ impl Users {
         })
     }
 
+    /// No users and an all-zero secret: for a broker that authenticates no one.
+    pub fn empty() -> Users {
+        Users {
+            secret: ServerSecret::from_bytes([0; super::scram::server::SERVER_SECRET_BYTES]),
+            users: BTreeMap::new(),
+        }
+    }
+
     /// Reads `<data-dir>/security/users`; `None` when there is none.
     pub fn load(data_dir: &Path) -> Result<Option<Users>, UsersError> {
         let dir = security_dir(data_dir);

@@ -13,25 +13,29 @@ use tracing::{debug, warn};
 
 pub use crate::limits::ConnectionSlot;
 use crate::metrics::counters::Metrics;
+use crate::security::listener::WireProtocol;
+use crate::security::tls::principal_of_certificate;
 use crate::server::handoff::Place;
 use crate::server::io::read_exact;
-use crate::server::session::{Protocol, Session};
+use crate::server::session::{Accepted, Auth, Protocol, Session};
+use crate::server::stream::Stream;
 use crate::server::{hermit, kafka, native};
 use crate::shard::Shard;
 use crate::shard::calls::HandOff;
 
 /// Serves one connection until it closes.
-pub async fn serve(shard: Rc<Shard>, stream: TcpStream, slot: ConnectionSlot) {
-    serve_from(shard, stream, slot, None).await
+pub async fn serve(shard: Rc<Shard>, stream: TcpStream, slot: ConnectionSlot, accepted: Accepted) {
+    serve_from(shard, stream, slot, None, accepted).await
 }
 
 /// Serves a connection another core handed to this one (`shard::handoff`), starting with
-/// the bytes that core already read from it.
-pub async fn serve_handed(shard: Rc<Shard>, handed: HandOff) {
+/// the bytes that core already read from it. Only plaintext connections are handed over
+/// (a TLS session's state cannot follow its descriptor).
+pub async fn serve_handed(shard: Rc<Shard>, handed: HandOff, accepted: Accepted) {
     use std::os::fd::{FromRawFd, IntoRawFd};
     // SAFETY: the descriptor is a connected TCP socket that the hand-off owns alone.
     let stream = unsafe { TcpStream::from_raw_fd(handed.socket.into_raw_fd()) };
-    serve_from(shard, stream, handed.slot, Some(handed.read)).await
+    serve_from(shard, stream, handed.slot, Some(handed.read), accepted).await
 }
 
 async fn serve_from(
@@ -39,9 +43,10 @@ async fn serve_from(
     stream: TcpStream,
     slot: ConnectionSlot,
     read: Option<bytes::Bytes>,
+    accepted: Accepted,
 ) {
     let peer = stream.peer_addr().ok();
-    if let Err(error) = serve_inner(&shard, stream, slot, read).await {
+    if let Err(error) = serve_inner(&shard, stream, slot, read, accepted).await {
         match error.kind() {
             io::ErrorKind::UnexpectedEof
             | io::ErrorKind::ConnectionReset
@@ -64,6 +69,7 @@ async fn serve_inner(
     stream: TcpStream,
     slot: ConnectionSlot,
     read: Option<bytes::Bytes>,
+    accepted: Accepted,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
     // glommio accepts sockets in blocking mode; its own reads and writes pass
@@ -76,7 +82,11 @@ async fn serve_inner(
     stream.set_read_timeout(Some(shard.config.handshake_timeout))?;
     stream.set_write_timeout(Some(shard.config.idle_timeout))?;
     let deadline = Instant::now() + shard.config.handshake_timeout;
+    let Some((stream, auth)) = secure(shard, stream, &accepted, deadline).await? else {
+        return Ok(());
+    };
     let stream = RefCell::new(stream);
+    let session = |stream, protocol| session(shard, stream, protocol, &accepted, auth);
     if let Some(read) = read {
         // Only HermitMQ v1 connections are handed over, after their handshake.
         let Some(&role) = read.first() else {
@@ -85,38 +95,88 @@ async fn serve_inner(
             ));
         };
         let place = Place::handed_in(slot, read.slice(1..));
-        return hermit::serve(
-            session(shard, stream, Protocol::Hermit)?,
-            role,
-            deadline,
-            place,
-        )
-        .await;
+        return hermit::serve(session(stream, Protocol::Hermit)?, role, deadline, place).await;
     }
     let mut first = [0u8; 1];
     handshake(deadline, read_exact(&stream, &mut first)).await?;
     match first[0] {
+        0x01..=0x03 if !accepted.listener_security.serves(WireProtocol::HermitV1) => {
+            Metrics::inc(&shard.metrics.auth_protocol_refused);
+            warn!(listener = %accepted.listener_name, security = %accepted.listener_security, "HermitMQ v1 connection on a listener that authenticates by SASL, which v1 cannot do; connection closed");
+            Ok(())
+        }
         role @ 0x01..=0x03 => {
             let place = Place::accepted(slot);
-            hermit::serve(
-                session(shard, stream, Protocol::Hermit)?,
-                role,
-                deadline,
-                place,
-            )
-            .await
+            hermit::serve(session(stream, Protocol::Hermit)?, role, deadline, place).await
         }
-        0x00 => kafka::serve(session(shard, stream, Protocol::Kafka)?).await,
-        first => native::serve(session(shard, stream, Protocol::Native)?, first, deadline).await,
+        0x00 => kafka::serve(session(stream, Protocol::Kafka)?).await,
+        first => native::serve(session(stream, Protocol::Native)?, first, deadline).await,
     }
 }
 
 fn session(
     shard: &Rc<Shard>,
-    stream: RefCell<TcpStream>,
+    stream: RefCell<Stream>,
     protocol: Protocol,
+    accepted: &Accepted,
+    auth: Auth,
 ) -> io::Result<Rc<Session>> {
-    Session::new(Rc::clone(shard), stream, protocol).map(Rc::new)
+    Session::new(Rc::clone(shard), stream, protocol, accepted.clone(), auth).map(Rc::new)
+}
+
+/// The connection as its listener secures it, and who the client is so far: a TLS
+/// listener's handshake (bounded by the handshake deadline) and, on SSL, the principal of
+/// the verified client certificate. `None` when the handshake failed (counted and logged;
+/// the connection closes).
+async fn secure(
+    shard: &Shard,
+    tcp: TcpStream,
+    accepted: &Accepted,
+    deadline: Instant,
+) -> io::Result<Option<(Stream, Auth)>> {
+    let security = accepted.listener_security;
+    let unauthenticated = if security.uses_sasl() {
+        Auth::sasl()
+    } else {
+        Auth::Anonymous
+    };
+    if !security.uses_tls() {
+        return Ok(Some((Stream::Plain(tcp), unauthenticated)));
+    }
+    let peer = tcp.peer_addr().ok();
+    let Some(config) = accepted.security.tls_config(security) else {
+        // Start refuses a TLS listener without its files; this is a bug, not served.
+        warn!(?peer, listener = %accepted.listener_name, "TLS listener without a TLS configuration; connection closed");
+        return Ok(None);
+    };
+    let acceptor = futures_rustls::TlsAcceptor::from(config);
+    let tls = match handshake(deadline, acceptor.accept(tcp)).await {
+        Ok(tls) => Stream::Tls(Box::new(tls)),
+        Err(error) => {
+            Metrics::inc(&shard.metrics.tls_handshakes_failed);
+            warn!(?peer, listener = %accepted.listener_name, %error, "TLS handshake failed; connection closed");
+            return Ok(None);
+        }
+    };
+    Metrics::inc(&shard.metrics.tls_connections_userspace);
+    if security.uses_sasl() {
+        return Ok(Some((tls, unauthenticated)));
+    }
+    // SSL: the verifier required a certificate signed by the client CA.
+    let principal = tls.peer_certificate().map(principal_of_certificate);
+    match principal {
+        Some(Ok(principal)) => Ok(Some((tls, Auth::Certificate(principal)))),
+        Some(Err(error)) => {
+            Metrics::inc(&shard.metrics.tls_handshakes_failed);
+            warn!(?peer, listener = %accepted.listener_name, %error, "client certificate without a usable subject; connection closed");
+            Ok(None)
+        }
+        None => {
+            Metrics::inc(&shard.metrics.tls_handshakes_failed);
+            warn!(?peer, listener = %accepted.listener_name, "TLS client without a certificate on an SSL listener; connection closed");
+            Ok(None)
+        }
+    }
 }
 
 fn set_nonblocking(stream: &TcpStream) -> io::Result<()> {

@@ -13,8 +13,8 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::rc::Rc;
 
+use crate::server::stream::Stream;
 use bytes::{BufMut, Bytes, BytesMut};
-use glommio::net::TcpStream;
 use tracing::{debug, warn};
 
 use crate::limits::ConnectionSlot;
@@ -66,12 +66,15 @@ impl Place {
     pub async fn move_to_owner(
         &mut self,
         shard: &Rc<Shard>,
-        stream: &RefCell<TcpStream>,
+        stream: &RefCell<Stream>,
+        listener: usize,
         role: u8,
         read: &[u8],
         owner: placement::Place,
     ) -> bool {
+        // A TLS session's state lives in this process's memory, not in its descriptor.
         if !matches!(shard.hop(owner), Ok(Hop::Core(_)))
+            || !stream.borrow().is_plain()
             || !std::mem::replace(&mut self.may_move, false)
         {
             return false;
@@ -95,6 +98,7 @@ impl Place {
             socket,
             read: bytes.freeze(),
             slot,
+            listener,
         };
         match shard.hand_off(owner, handed).await {
             HandedOff::Taken => {
@@ -127,8 +131,8 @@ impl Place {
 }
 
 /// A descriptor of the same socket, owned, so it can cross to another thread.
-fn duplicate(stream: &RefCell<TcpStream>) -> io::Result<OwnedFd> {
-    let fd = stream.borrow().as_raw_fd();
+fn duplicate(stream: &RefCell<Stream>) -> io::Result<OwnedFd> {
+    let fd = stream.borrow().tcp().as_raw_fd();
     // SAFETY: `stream` owns the descriptor and outlives this borrow.
     unsafe { BorrowedFd::borrow_raw(fd) }.try_clone_to_owned()
 }

@@ -8,13 +8,14 @@
 //!   one that disconnects while waiting for data is noticed at once and its task ends.
 //! - commit: durable per the fsync policy before the `0x01` answer.
 
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::{HermitRole, RequestKind as AclKind};
 use std::cell::RefCell;
 use std::io;
 use std::rc::Rc;
 use std::time::Instant;
 
 use futures_lite::FutureExt;
-use glommio::net::TcpStream;
 use tracing::{debug, warn};
 
 use crate::metrics::counters::Metrics;
@@ -31,6 +32,7 @@ use crate::server::session::pipeline::{
     self, Framing, Frontend, Inbox, Lost, Outcome, Started, count_error, count_request,
 };
 use crate::server::session::{FileRange, Outbox, Session};
+use crate::server::stream::Stream;
 use crate::shard::calls::Produced;
 use crate::shard::calls::{Fetch, SendPlan};
 use crate::shard::data::{Batches, ProduceInFlight};
@@ -94,7 +96,7 @@ async fn read_message<T>(
 
 /// Reads at least `needed` more bytes of a handshake into `buf` (bounded by the caller's
 /// handshake deadline).
-async fn fill(stream: &RefCell<TcpStream>, buf: &mut ReadBuf, needed: usize) -> io::Result<()> {
+async fn fill(stream: &RefCell<Stream>, buf: &mut ReadBuf, needed: usize) -> io::Result<()> {
     let target = buf.len() + needed;
     while buf.len() < target {
         match read_some(stream, buf.spare(READ_MIN_BYTES.max(target - buf.len()))).await? {
@@ -122,6 +124,11 @@ async fn producer(
     else {
         return Ok(());
     };
+    if !authorized(&session, HermitRole::Producer, &topic, None) {
+        count_request(&session, PRODUCE);
+        count_error(&session, PRODUCE, ErrorCode::TopicAuthorizationFailed);
+        return Ok(());
+    }
     let meta = match shard.topic_used(&session.used, topic.as_bytes()).await {
         Ok(meta) => meta,
         Err(failure) => {
@@ -137,6 +144,7 @@ async fn producer(
             .move_to_owner(
                 shard,
                 &session.stream,
+                session.listener_index,
                 hermit::ROLE_PRODUCER,
                 &inbox.buf,
                 owner,
@@ -313,6 +321,11 @@ async fn consumer(
     else {
         return Ok(());
     };
+    if !authorized(session, HermitRole::Consumer, &topic, Some(&group)) {
+        count_request(session, CONSUME);
+        count_error(session, CONSUME, ErrorCode::TopicAuthorizationFailed);
+        return Ok(());
+    }
     let meta = match shard.topic_used(&session.used, topic.as_bytes()).await {
         Ok(meta) if partition < meta.partitions => meta,
         refused => {
@@ -329,14 +342,21 @@ async fn consumer(
     // Served by the owner, its fetch plans never cross cores.
     let owner = shard.placement().owner(&meta.name, partition);
     if place
-        .move_to_owner(shard, stream, hermit::ROLE_CONSUMER, buf, owner)
+        .move_to_owner(
+            shard,
+            stream,
+            session.listener_index,
+            hermit::ROLE_CONSUMER,
+            buf,
+            owner,
+        )
         .await
     {
         return Ok(());
     }
     count_request(session, CONSUME);
     // The client sends nothing more; a read that ends means it went away.
-    stream.borrow().set_read_timeout(None)?;
+    stream.borrow().tcp().set_read_timeout(None)?;
     let log_start = shard
         .partition_state(&meta.name, partition)
         .await
@@ -444,6 +464,10 @@ async fn commit(session: &Session, buf: &mut ReadBuf, deadline: Instant) -> io::
         return Ok(());
     };
     count_request(session, COMMIT);
+    if !authorized(session, HermitRole::Commit, &topic, Some(&group)) {
+        count_error(session, COMMIT, ErrorCode::TopicAuthorizationFailed);
+        return Ok(());
+    }
     match shard
         .commit_offset(
             &session.used,
@@ -462,4 +486,12 @@ async fn commit(session: &Session, buf: &mut ReadBuf, deadline: Instant) -> io::
             Ok(())
         }
     }
+}
+
+/// The ACL check of a v1 connection, once, at its handshake: v1 has no error frame, so a
+/// refusal closes the connection (the audit line says why).
+fn authorized(session: &Session, role: HermitRole, topic: &str, group: Option<&str>) -> bool {
+    let kind = AclKind::Hermit(role);
+    session.may(kind, ResourceType::Topic, topic)
+        && group.is_none_or(|group| session.may(kind, ResourceType::Group, group))
 }

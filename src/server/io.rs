@@ -11,16 +11,16 @@ use std::io;
 use std::pin::Pin;
 use std::time::{Duration, Instant};
 
+use crate::server::stream::Stream;
 use futures_lite::{AsyncRead, AsyncWrite};
-use glommio::net::TcpStream;
 
 /// Reads what is available (at least one byte, or 0 at end of stream).
-pub async fn read_some(stream: &RefCell<TcpStream>, buf: &mut [u8]) -> io::Result<usize> {
+pub async fn read_some(stream: &RefCell<Stream>, buf: &mut [u8]) -> io::Result<usize> {
     poll_fn(|cx| Pin::new(&mut *stream.borrow_mut()).poll_read(cx, buf)).await
 }
 
 /// Reads exactly `buf.len()` bytes.
-pub async fn read_exact(stream: &RefCell<TcpStream>, buf: &mut [u8]) -> io::Result<()> {
+pub async fn read_exact(stream: &RefCell<Stream>, buf: &mut [u8]) -> io::Result<()> {
     let mut at = 0;
     while at < buf.len() {
         let n = read_some(stream, &mut buf[at..]).await?;
@@ -33,13 +33,17 @@ pub async fn read_exact(stream: &RefCell<TcpStream>, buf: &mut [u8]) -> io::Resu
 }
 
 /// Writes all of `buf`.
-pub async fn write_all(stream: &RefCell<TcpStream>, mut buf: &[u8]) -> io::Result<()> {
+pub async fn write_all(stream: &RefCell<Stream>, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
         let n = poll_fn(|cx| Pin::new(&mut *stream.borrow_mut()).poll_write(cx, buf)).await?;
         if n == 0 {
             return Err(io::ErrorKind::WriteZero.into());
         }
         buf = &buf[n..];
+    }
+    // Under TLS what was written may wait in the TLS layer for room in the socket.
+    if !stream.borrow().sends_files() {
+        poll_fn(|cx| Pin::new(&mut *stream.borrow_mut()).poll_flush(cx)).await?;
     }
     Ok(())
 }
@@ -72,11 +76,7 @@ impl RequestDeadline {
     /// middle of one, the time left of the request limit (and never more than the idle
     /// limit: a silence that long closes the connection wherever it falls). `TimedOut` if
     /// none is left.
-    pub fn before_read(
-        &mut self,
-        stream: &RefCell<TcpStream>,
-        mid_request: bool,
-    ) -> io::Result<()> {
+    pub fn before_read(&mut self, stream: &RefCell<Stream>, mid_request: bool) -> io::Result<()> {
         let timeout = if mid_request {
             let started = *self.started.get_or_insert_with(Instant::now);
             let left = self.request_limit.saturating_sub(started.elapsed());
@@ -90,7 +90,7 @@ impl RequestDeadline {
         } else {
             self.idle_limit
         };
-        stream.borrow().set_read_timeout(Some(timeout))?;
+        stream.borrow().tcp().set_read_timeout(Some(timeout))?;
         Ok(())
     }
 }

@@ -20,6 +20,7 @@ pub mod read_buf;
 pub mod scrape;
 pub mod sendfile;
 pub mod session;
+pub mod stream;
 pub mod time_seek;
 
 use std::fs::File;
@@ -35,7 +36,9 @@ use glommio::{LocalExecutorBuilder, Placement};
 use tracing::{error, info, warn};
 
 use crate::config::BrokerConfig;
+use crate::security::runtime::Security;
 use crate::server::connection::ConnectionSlot;
+use crate::server::session::Accepted;
 use crate::shard::mesh::{Envelope, MESH_CHANNEL_CAPACITY, Mesh};
 use crate::shard::{Shard, topics};
 
@@ -110,6 +113,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         })?;
     let _lock = lock_data_dir(config)?;
     topics::empty_trash(&config.data_dir);
+    let security = open_security(config)?;
 
     let cpus: Vec<usize> = core_affinity::get_core_ids()
         .map(|ids| ids.into_iter().map(|id| id.id).collect())
@@ -118,6 +122,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         config.cores = cpus.len().max(1);
     }
     let cores = config.cores;
+    check_listener_ports(config)?;
     info!(pid = std::process::id(), cores, data_dir = %config.data_dir.display(), fsync = %config.log.fsync, idle_poll_us = config.idle_poll.as_micros() as u64, "pagurus starting");
     marked.log(&config.data_dir);
     node.log(&config.data_dir);
@@ -129,10 +134,8 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         ready: Arc::new(AtomicUsize::new(0)),
         finished: Arc::new(AtomicUsize::new(0)),
     };
-    let shared = Shared {
-        connections: Arc::new(AtomicUsize::new(0)),
-        cluster: cluster::view(&config),
-    };
+    let connections = Arc::new(AtomicUsize::new(0));
+    let cluster_view = cluster::view(&config);
     let mut metrics_listener = bind_metrics(&config)?;
 
     let mut handles = Vec::with_capacity(cores);
@@ -147,7 +150,9 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
             _ => None,
         };
         let (config, mesh, barriers) = (Arc::clone(&config), mesh.clone(), barriers.clone());
-        let shared = shared.clone();
+        let connections = Arc::clone(&connections);
+        let security = Arc::clone(&security);
+        let cluster = Arc::clone(&cluster_view);
         // Core 0 serves the metrics endpoint (its answers cover every core).
         let metrics = if index == 0 {
             metrics_listener.take()
@@ -161,9 +166,16 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
             builder = builder.spin_before_park(config.idle_poll);
         }
         let handle = builder
-            .spawn(
-                move || async move { run_core(config, mesh, cpu, barriers, shared, metrics).await },
-            )
+            .spawn(move || async move {
+                let core = Core {
+                    config,
+                    security,
+                    cpu,
+                    connections,
+                    cluster,
+                };
+                run_core(core, mesh, barriers, metrics).await
+            })
             .map_err(|e| ServeError::Executor {
                 core: index,
                 reason: e.to_string(),
@@ -215,6 +227,66 @@ fn bind_metrics(config: &BrokerConfig) -> Result<Option<std::net::TcpListener>, 
     Ok(Some(listener))
 }
 
+/// Refuses listeners whose ports overlap: each listener takes its port and, with shard
+/// ports on, the next one per core; two listeners on one port would both bind it
+/// (SO_REUSEPORT) and share its connections.
+fn check_listener_ports(config: &BrokerConfig) -> Result<(), ServeError> {
+    let listeners = config.security.listeners(config.listen);
+    let span = if config.shard_ports {
+        config.cores as u32
+    } else {
+        0
+    };
+    for (i, a) in listeners.iter().enumerate() {
+        let a_end = u32::from(a.addr.port()) + span;
+        if a.addr.port() != 0 && a_end > u32::from(u16::MAX) {
+            return Err(ServeError::Config(format!(
+                "listener {} ({}): its shard ports (port + 1 + core, for {} cores) go past 65535",
+                a.name, a.addr, config.cores
+            )));
+        }
+        for b in &listeners[..i] {
+            let b_end = u32::from(b.addr.port()) + span;
+            let overlap = u32::from(a.addr.port()) <= b_end && u32::from(b.addr.port()) <= a_end;
+            if a.addr.port() != 0 && b.addr.port() != 0 && overlap {
+                return Err(ServeError::Config(format!(
+                    "listeners {} ({}) and {} ({}) overlap: each takes its port and, with shard ports, port + 1 + core for each of {} cores; move one, or turn the shard ports off with --no-shard-ports",
+                    b.name, b.addr, a.name, a.addr, config.cores
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Loads the TLS files, the users and the ACLs (refused at start with the path and the
+/// reason), and says how each listener is secured.
+fn open_security(config: &BrokerConfig) -> Result<Arc<Security>, ServeError> {
+    let security = Security::open(&config.security, &config.data_dir)
+        .map_err(|e| ServeError::Config(e.to_string()))?;
+    for listener in config.security.listeners(config.listen) {
+        info!(name = listener.name, security = %listener.security, addr = %listener.addr, "listener");
+    }
+    if config.security.tls.is_some() {
+        match security.ktls() {
+            crate::security::tls::ktls::KtlsSupport::Available => info!(
+                "TLS is encrypted in user space (rustls); the kernel offers kTLS, which pagurus does not use yet"
+            ),
+            crate::security::tls::ktls::KtlsSupport::Unavailable { reason } => info!(
+                %reason,
+                "TLS is encrypted in user space (rustls): fetches over TLS read file ranges into memory instead of sendfile"
+            ),
+        }
+    }
+    if security.authorizes() {
+        info!(
+            super_users = ?config.security.super_users,
+            "ACL authorizer on: what no ACL allows is refused"
+        );
+    }
+    Ok(Arc::new(security))
+}
+
 fn lock_data_dir(config: &BrokerConfig) -> Result<nix::fcntl::Flock<File>, ServeError> {
     let path = config.data_dir.join(".lock");
     let file = File::create(&path).map_err(|source| ServeError::DataDir {
@@ -255,24 +327,25 @@ impl Barriers {
     }
 }
 
-/// What every core shares besides the mesh: the open connections (one limit for the
-/// broker) and the node's cluster view.
-#[derive(Clone)]
-struct Shared {
+/// What a core is given to run with.
+struct Core {
+    config: Arc<BrokerConfig>,
+    security: Arc<Security>,
+    cpu: Option<usize>,
+    /// Connections open on every core together (for the connection limit).
     connections: Arc<AtomicUsize>,
+    /// What the node knows of its cluster, shared by the cores.
     cluster: Arc<crate::cluster::status::ClusterView>,
 }
 
 async fn run_core(
-    config: Arc<BrokerConfig>,
+    core: Core,
     mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
-    cpu: Option<usize>,
     barriers: Barriers,
-    shared: Shared,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
     let passed = Passed::default();
-    let result = run_core_phases(&config, mesh, cpu, &barriers, &passed, shared, metrics).await;
+    let result = run_core_phases(&core, mesh, &barriers, &passed, metrics).await;
     if result.is_err() {
         barriers.stop.store(true, Ordering::Release);
         if !passed.ready.get() {
@@ -286,14 +359,13 @@ async fn run_core(
 }
 
 async fn run_core_phases(
-    config: &Arc<BrokerConfig>,
+    given: &Core,
     mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
-    cpu: Option<usize>,
     barriers: &Barriers,
     passed: &Passed,
-    shared: Shared,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
+    let (config, cpu) = (&given.config, given.cpu);
     // An Option field is left out when None (no `Some(0)` in the logs).
     tracing::debug!(cpu, "executor started; joining the mesh");
     // glommio's mesh join has been seen to hang (both executors parked, a cross-thread
@@ -325,9 +397,9 @@ async fn run_core_phases(
     };
     let core = senders.peer_id();
     let mesh = Mesh::new(core, Some(senders));
-    let shard = Rc::new(cluster::shard(core, config, mesh, &shared.cluster));
+    let shard = Rc::new(cluster::shard(core, config, mesh, &given.cluster));
     shard.start_receivers(receivers);
-    shard.set_cluster_view(shared.cluster);
+    shard.set_cluster_view(Arc::clone(&given.cluster));
 
     shard.load().await.map_err(|e| ServeError::Core {
         core,
@@ -339,7 +411,7 @@ async fn run_core_phases(
     // partition that is still being opened.
     barriers.all_ready().await;
 
-    let served = serve_core(&shard, config, cpu, barriers, shared.connections, metrics).await;
+    let served = serve_core(&shard, given, barriers, metrics).await;
     if let Err(error) = &served {
         error!(core, %error, "core cannot serve; stopping the broker");
         barriers.stop.store(true, Ordering::Release);
@@ -364,12 +436,11 @@ struct Passed {
 /// answer what they have in flight.
 async fn serve_core(
     shard: &Rc<Shard>,
-    config: &Arc<BrokerConfig>,
-    cpu: Option<usize>,
+    given: &Core,
     barriers: &Barriers,
-    connections: Arc<AtomicUsize>,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
+    let (config, cpu, connections) = (&given.config, given.cpu, &given.connections);
     let core = shard.core;
     if barriers.stopping() {
         return Ok(());
@@ -382,13 +453,42 @@ async fn serve_core(
     }
     // Core 0 joins the cluster before it listens for clients.
     let cluster = cluster::start(shard).await?;
-    let mut listeners = vec![bind(config.listen)?];
-    // The port the placement advertises for this core is the one it listens on.
+    let accepted: Rc<Vec<Accepted>> = Rc::new(
+        config
+            .security
+            .listeners(config.listen)
+            .iter()
+            .enumerate()
+            .map(|(index, listener)| Accepted {
+                security: Arc::clone(&given.security),
+                listener_index: index,
+                listener_name: Rc::from(listener.name.as_str()),
+                listener_security: listener.security,
+                port: listener.addr.port(),
+                exact: None,
+            })
+            .collect(),
+    );
+    // The port the placement advertises for this core is the one it listens on (the main
+    // listener's); every other listener has shard ports at the same distance from its own.
     let shard_port = (shard.placement().address(shard.here())).and_then(|a| a.shard_port);
-    if let Some(port) = shard_port {
-        let mut addr = config.listen;
-        addr.set_port(port);
-        listeners.push(bind(addr)?);
+    let mut listeners = Vec::new();
+    for (listener, how) in config
+        .security
+        .listeners(config.listen)
+        .iter()
+        .zip(accepted.iter())
+    {
+        listeners.push((bind(listener.addr)?, how.clone()));
+        if let Some(port) = shard_port {
+            let mut addr = listener.addr;
+            addr.set_port(listener.addr.port() + (port - config.listen.port()));
+            let exact = Accepted {
+                exact: Some(shard.here()),
+                ..how.clone()
+            };
+            listeners.push((bind(addr)?, exact));
+        }
     }
     let owned = shard.local_logs().len();
     info!(core, cpu, partitions_owned = owned, listen = %config.listen, shard_port, "core serving");
@@ -398,16 +498,25 @@ async fn serve_core(
     let tasks = Rc::clone(&connection_tasks);
     shard.adopt_connections_with(Box::new(move |shard, handed| {
         let shard = Rc::clone(shard);
+        // Every core has the same listeners, in the same order.
+        let Some(how) = accepted.get(handed.listener).cloned() else {
+            warn!(
+                listener = handed.listener,
+                "a connection handed over from an unknown listener; closed"
+            );
+            return;
+        };
         spawn_connection(
             &shard,
             &tasks,
-            connection::serve_handed(Rc::clone(&shard), handed),
+            connection::serve_handed(Rc::clone(&shard), handed, how),
         );
     }));
-    for listener in listeners {
+    for (listener, how) in listeners {
         glommio::spawn_local(accept_loop(
             Rc::clone(shard),
             listener,
+            how,
             connections.clone(),
             Rc::clone(&connection_tasks),
         ))
@@ -481,6 +590,7 @@ pub(crate) async fn accept_or_stop(
 async fn accept_loop(
     shard: Rc<Shard>,
     listener: TcpListener,
+    how: Accepted,
     connections: Arc<AtomicUsize>,
     tasks: Rc<std::cell::Cell<usize>>,
 ) {
@@ -502,7 +612,7 @@ async fn accept_loop(
         spawn_connection(
             &shard,
             &tasks,
-            connection::serve(Rc::clone(&shard), stream, slot),
+            connection::serve(Rc::clone(&shard), stream, slot, how.clone()),
         );
     }
 }

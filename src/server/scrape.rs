@@ -21,6 +21,7 @@ use crate::metrics::exposition::{self, CONTENT_TYPE};
 use crate::metrics::http::{self, HttpError, REQUEST_HEAD_MAX_BYTES, Status, Target};
 use crate::metrics::snapshot::CoreSnapshot;
 use crate::server::io::{read_some, write_all};
+use crate::server::stream::Stream;
 use crate::shard::Shard;
 use crate::shard::calls::MetricsSnapshot;
 use crate::shard::snapshot::collect;
@@ -83,7 +84,7 @@ pub async fn serve_metrics(shard: Rc<Shard>, listener: TcpListener) {
             );
             let busy = http::plain_response(Status::Unavailable, "too many scrapes at once");
             glommio::spawn_local(async move {
-                let stream = RefCell::new(stream);
+                let stream = RefCell::new(Stream::Plain(stream));
                 let _ = write_all(&stream, &busy)
                     .or(give_up_after(SCRAPE_TIMEOUT))
                     .await;
@@ -122,7 +123,7 @@ async fn give_up_after(timeout: Duration) -> io::Result<()> {
 
 /// Reads one request head, answers it, and returns (the caller closes the connection).
 async fn serve_one(shard: &Rc<Shard>, stream: TcpStream) -> io::Result<()> {
-    let stream = RefCell::new(stream);
+    let stream = RefCell::new(Stream::Plain(stream));
     let mut buf = vec![0u8; REQUEST_HEAD_MAX_BYTES];
     let mut len = 0;
     let parsed = loop {
@@ -169,12 +170,12 @@ async fn serve_one(shard: &Rc<Shard>, stream: TcpStream) -> io::Result<()> {
 /// Reads and drops what a refused client is still sending, for a little while, before the
 /// connection closes: closing with unread bytes makes the kernel send a reset, which can
 /// destroy the error response before the client reads it.
-async fn linger(stream: &RefCell<TcpStream>, scratch: &mut [u8]) {
+async fn linger(stream: &RefCell<Stream>, scratch: &mut [u8]) {
     const LINGER: Duration = Duration::from_secs(1);
     const LINGER_BYTES_MAX: usize = 1 << 20;
     {
         use std::os::fd::AsRawFd;
-        let fd = stream.borrow().as_raw_fd();
+        let fd = stream.borrow().tcp().as_raw_fd();
         // A plain shutdown(2): it does not block, and glommio's own is async only to go
         // through the ring.
         if nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Write).is_err() {

@@ -21,7 +21,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use glommio::net::TcpStream;
+use crate::server::stream::Stream;
 
 use crate::server::io::write_all;
 use crate::storage::segment::FileId;
@@ -32,7 +32,7 @@ const SENDFILE_CHUNK_BYTES: usize = 1 << 20;
 
 /// Sends `length` bytes of `file` from `position` to the socket.
 pub async fn send_range(
-    stream: &RefCell<TcpStream>,
+    stream: &RefCell<Stream>,
     file: &Rc<File>,
     position: u64,
     length: u64,
@@ -40,6 +40,9 @@ pub async fn send_range(
 ) -> io::Result<()> {
     if length == 0 {
         return Ok(());
+    }
+    if !stream.borrow().sends_files() {
+        return send_range_buffered(stream, file, position, length, hot).await;
     }
     if !hot {
         populate(file, position, length).await;
@@ -51,7 +54,7 @@ pub async fn send_range(
         let result = {
             let stream = stream.borrow();
             // SAFETY: the descriptor belongs to `stream`, borrowed for the duration of the call.
-            let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+            let socket = unsafe { std::os::fd::BorrowedFd::borrow_raw(stream.tcp().as_raw_fd()) };
             nix::sys::sendfile::sendfile(socket, file.as_fd(), Some(&mut offset), chunk)
         };
         match result {
@@ -72,6 +75,26 @@ pub async fn send_range(
             Err(nix::errno::Errno::EINTR) => {}
             Err(errno) => return Err(errno.into()),
         }
+    }
+    Ok(())
+}
+
+/// [`send_range`] for a stream that encrypts in user space (TLS without the kernel's help):
+/// the range is read into memory a chunk at a time and written through the stream.
+async fn send_range_buffered(
+    stream: &RefCell<Stream>,
+    file: &Rc<File>,
+    position: u64,
+    length: u64,
+    hot: bool,
+) -> io::Result<()> {
+    let end = position + length;
+    let mut at = position;
+    while at < end {
+        let chunk = (end - at).min(SENDFILE_CHUNK_BYTES as u64);
+        let bytes = read_range(file, at, chunk, hot).await?;
+        write_all(stream, &bytes).await?;
+        at += chunk;
     }
     Ok(())
 }

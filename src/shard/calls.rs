@@ -275,6 +275,8 @@ pub struct HandOff {
     pub socket: std::os::fd::OwnedFd,
     pub read: Bytes,
     pub slot: crate::limits::ConnectionSlot,
+    /// Which of the broker's listeners accepted it (its index in the server's list).
+    pub listener: usize,
 }
 
 /// The owner's answer to a [`HandOff`].

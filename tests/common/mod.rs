@@ -13,6 +13,7 @@ use pagurus::client::blocking::Client;
 pub mod hermit;
 pub mod kafka;
 pub mod ledger;
+pub mod pki;
 pub mod powerfs;
 pub mod raw;
 pub mod small_fs;
@@ -83,7 +84,7 @@ pub struct Broker {
 /// range (32768-60999 by default). A broker is restarted on the same ports, and a port from
 /// the ephemeral range can meanwhile become the local end of some outgoing connection (a
 /// test's own client, even), which makes the restart fail with "address in use".
-fn free_ports(extra: u16) -> u16 {
+pub fn free_ports(extra: u16) -> u16 {
     use std::hash::{BuildHasher, Hasher};
     const LOW: u64 = 10_000;
     const HIGH: u64 = 32_000;
@@ -144,12 +145,21 @@ impl Broker {
             .append(true)
             .open(&self.log)
             .unwrap();
+        // With listeners of its own (`--listener`), the main one is a PLAINTEXT listener at
+        // `addr`, named MAIN: `--listen` is not given with `--listener`.
+        let main = if self.args.iter().any(|a| a == "--listener") {
+            [
+                "--listener".to_string(),
+                format!("MAIN=PLAINTEXT://{}", self.addr),
+            ]
+        } else {
+            ["--listen".to_string(), self.addr.to_string()]
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
             .arg("serve")
             .arg("--data-dir")
             .arg(&self.data_dir)
-            .arg("--listen")
-            .arg(self.addr.to_string())
+            .args(main)
             .arg("--cores")
             .arg(self.cores.to_string())
             .args(&self.args)

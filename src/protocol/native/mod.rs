@@ -182,6 +182,15 @@ code_enum!(
         /// The partition, group or controller is served by another node of the cluster:
         /// refresh the metadata and ask there.
         NotHere = 34,
+        /// The login failed (unknown user and wrong password alike), or the request came
+        /// before it: the connection closes.
+        AuthenticationFailed = 35,
+        /// The ACLs do not let this principal do this on the topic.
+        TopicAuthorizationFailed = 36,
+        /// ... on the group.
+        GroupAuthorizationFailed = 37,
+        /// ... on the cluster.
+        ClusterAuthorizationFailed = 38,
     }
 );
 

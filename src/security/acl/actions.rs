@@ -159,6 +159,16 @@ pub enum Need {
     IdempotentProducer,
 }
 
+impl Need {
+    /// The type of resource the need is checked on (an idempotent producer's: the cluster).
+    pub fn resource_type(self) -> ResourceType {
+        match self {
+            Need::On(resource_type, _, _) | Need::ClusterOr(resource_type, _, _) => resource_type,
+            Need::IdempotentProducer => ResourceType::Cluster,
+        }
+    }
+}
+
 impl ResourceType {
     /// Kafka's error code for a refusal on this type of resource.
     pub fn kafka_error_code(self) -> i16 {

@@ -149,7 +149,10 @@ impl ServerExchange {
         if last.channel_binding != b64(self.gs2_header.as_bytes()) {
             return Err(ScramError::ChannelBindingMismatch);
         }
-        if last.nonce != self.nonce {
+        // RFC 5802 wants the nonce itself; librdkafka (2.0 among others) sends its own nonce
+        // again before it. Kafka's broker accepts any client-final nonce that ends with the
+        // exchange's, and so does this: the proof covers what the client sent, whatever it is.
+        if !last.nonce.ends_with(self.nonce.as_str()) {
             return Err(ScramError::NonceMismatch);
         }
         let mechanism = self.mechanism;

@@ -3,6 +3,8 @@
 //! and Kafka's own refusals for what pagurus does not do (replication factor above 1,
 //! explicit replica assignments).
 
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use std::rc::Rc;
 
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
@@ -83,6 +85,16 @@ async fn create(
     topic: CreatableTopic,
     validate_only: bool,
 ) -> Result<TopicMeta, (i16, String)> {
+    if !conn.may(
+        errors::acl(KafkaApi::CreateTopics),
+        ResourceType::Topic,
+        topic.name.0.as_str(),
+    ) {
+        return Err((
+            errors::TOPIC_AUTHORIZATION_FAILED,
+            "not authorized to create the topic".to_string(),
+        ));
+    }
     if !matches!(topic.replication_factor, -1 | 1) {
         return Err((
             INVALID_REPLICATION_FACTOR,

@@ -2,6 +2,8 @@
 //! topic has is `UNKNOWN_TOPIC_ID` (100); a v6 entry with both a name and an id names the
 //! topic by its name, and the id must be that topic's.
 
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use std::rc::Rc;
 
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
@@ -82,6 +84,17 @@ async fn delete_one(conn: &Conn, name: Option<TopicName>, id: Uuid) -> Deletable
     let topic_id = shard
         .topic(name.0.as_str())
         .map_or(id, |meta| Uuid::from_u128(meta.id));
+    if !conn.may(
+        errors::acl(KafkaApi::DeleteTopics),
+        ResourceType::Topic,
+        name.0.as_str(),
+    ) {
+        return refused(
+            Some(name),
+            errors::TOPIC_AUTHORIZATION_FAILED,
+            "not authorized to delete the topic".to_string(),
+        );
+    }
     // The shard forgets the name for this connection: it may create it again.
     let deleted = shard.delete_topic(&conn.used, name.0.as_bytes()).await;
     match deleted {

@@ -32,6 +32,16 @@ pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 pub const INVALID_RECORD: i16 = 87;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
+pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
+pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+
+/// The request kind of a Kafka API in the ACL actions table.
+pub const fn acl(
+    api: crate::security::acl::actions::KafkaApi,
+) -> crate::security::acl::actions::RequestKind {
+    crate::security::acl::actions::RequestKind::Kafka(api)
+}
 
 /// The Kafka code for a shard error.
 pub fn of(e: &ShardError) -> i16 {

@@ -26,6 +26,8 @@ use super::{Conn, Part, Pending, Reply};
 use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::{RequestHeader, convert};
 use crate::protocol::record::{self, BatchFormat};
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use crate::server::native::FETCH_BYTES_MAX;
 use crate::server::session::FileRange;
 use crate::shard::calls::{Fetch, SendPlan};
@@ -85,6 +87,22 @@ async fn fetch(conn: &Rc<Conn>, header: &RequestHeader, request: FetchRequest) -
     let max_wait_ms = u32::try_from(request.max_wait_ms).unwrap_or(0);
     let min_bytes = u64::try_from(request.min_bytes).unwrap_or(0);
     let mut outcomes = plan_all(conn, &topics, &asked, 0).await;
+    // Planned like any other (a plan reads nothing), then refused before anything is sent.
+    let readable: Vec<bool> = topics
+        .iter()
+        .map(|t| {
+            conn.may(
+                errors::acl(KafkaApi::Fetch),
+                ResourceType::Topic,
+                t.0.as_str(),
+            )
+        })
+        .collect();
+    for (outcome, a) in outcomes.iter_mut().zip(&asked) {
+        if !readable[a.topic] {
+            *outcome = Outcome::Error(errors::TOPIC_AUTHORIZATION_FAILED);
+        }
+    }
     let ready: u64 = outcomes.iter().map(plan_bytes).sum();
     let errors = outcomes.iter().any(|o| matches!(o, Outcome::Error(_)));
     if ready < min_bytes.max(1) && !errors && max_wait_ms > 0 {
@@ -309,7 +327,10 @@ async fn encode(
     if let Some(Part::Bytes(first)) = parts.first_mut() {
         first[..4].copy_from_slice(&body.to_be_bytes());
     }
-    Reply { parts }
+    Reply {
+        parts,
+        close: false,
+    }
 }
 
 /// One partition's fixed fields (records null) and its records as parts.

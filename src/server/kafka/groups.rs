@@ -10,8 +10,13 @@
 use std::rc::Rc;
 
 use super::errors::{self, COORDINATOR_NOT_AVAILABLE};
-use super::{Conn, Pending, groups_admin, groups_find, groups_join, groups_member, groups_offsets};
+use super::{
+    Conn, Pending, Reply, groups_admin, groups_find, groups_join, groups_member, groups_offsets,
+    respond,
+};
 use crate::protocol::kafka::{KafkaRequest, RequestHeader};
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use crate::shard::ShardError;
 use crate::shard::membership::GroupError;
 
@@ -29,6 +34,9 @@ pub const GROUP_SUBSCRIBED_TO_TOPIC: i16 = 86;
 pub const NOT_COORDINATOR: i16 = 16;
 
 pub(super) fn handle(conn: &Rc<Conn>, header: RequestHeader, request: KafkaRequest) -> Pending {
+    if let Some(refused) = refuse_member(conn, &header, &request) {
+        return refused;
+    }
     match request {
         KafkaRequest::FindCoordinator(r) => groups_find::handle(conn, header, r),
         KafkaRequest::JoinGroup(r) => groups_join::join(conn, header, r),
@@ -43,6 +51,42 @@ pub(super) fn handle(conn: &Rc<Conn>, header: RequestHeader, request: KafkaReque
         KafkaRequest::DeleteGroups(r) => groups_admin::delete(conn, header, r),
         other => unreachable!("{:?} is dispatched to its own handler", other.api_key()),
     }
+}
+
+/// GROUP_AUTHORIZATION_FAILED for a member call (join, sync, heartbeat, leave) on a group
+/// the principal may not read; `None` when it may (or the call is another).
+fn refuse_member(conn: &Conn, header: &RequestHeader, request: &KafkaRequest) -> Option<Pending> {
+    use kafka_protocol::messages::{
+        HeartbeatResponse, JoinGroupResponse, LeaveGroupResponse, SyncGroupResponse,
+    };
+    let (api, group) = match request {
+        KafkaRequest::JoinGroup(r) => (KafkaApi::JoinGroup, &r.group_id),
+        KafkaRequest::SyncGroup(r) => (KafkaApi::SyncGroup, &r.group_id),
+        KafkaRequest::Heartbeat(r) => (KafkaApi::Heartbeat, &r.group_id),
+        KafkaRequest::LeaveGroup(r) => (KafkaApi::LeaveGroup, &r.group_id),
+        _ => return None,
+    };
+    if conn.may(errors::acl(api), ResourceType::Group, group.0.as_str()) {
+        return None;
+    }
+    let code = errors::GROUP_AUTHORIZATION_FAILED;
+    let body = match request {
+        KafkaRequest::JoinGroup(r) => respond(
+            header,
+            &JoinGroupResponse::default()
+                .with_error_code(code)
+                .with_generation_id(-1)
+                .with_member_id(r.member_id.clone()),
+        ),
+        KafkaRequest::SyncGroup(_) => {
+            respond(header, &SyncGroupResponse::default().with_error_code(code))
+        }
+        KafkaRequest::Heartbeat(_) => {
+            respond(header, &HeartbeatResponse::default().with_error_code(code))
+        }
+        _ => respond(header, &LeaveGroupResponse::default().with_error_code(code)),
+    };
+    Some(Pending::Ready(Reply::frame(body)))
 }
 
 /// Kafka's code for a refused group call.

@@ -2,6 +2,9 @@
 //! broker of that place, as Metadata lists it. Transaction coordinators (key type 1) are refused: pagurus has no
 //! transactions.
 
+use super::errors;
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use std::rc::Rc;
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -59,6 +62,16 @@ fn coordinator(conn: &Conn, key: StrBytes, key_type: i8) -> Coordinator {
     }
     if conn.shard.valid_name(key.as_bytes(), "group").is_err() {
         return refused(INVALID_GROUP_ID, "invalid group name");
+    }
+    if !conn.may(
+        errors::acl(KafkaApi::FindCoordinator),
+        ResourceType::Group,
+        key.as_str(),
+    ) {
+        return refused(
+            errors::GROUP_AUTHORIZATION_FAILED,
+            "not authorized to describe the group",
+        );
     }
     let place = conn.shard.placement().coordinator(&key);
     let Some(broker) = broker(conn, place) else {

@@ -4,6 +4,8 @@
 //! each with its commit's metadata string (at most 4096 bytes, as Kafka's default
 //! `offset.metadata.max.bytes`; OffsetFetch answers it).
 
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use std::rc::Rc;
 
 use kafka_protocol::messages::offset_commit_request::OffsetCommitRequestPartition;
@@ -21,7 +23,9 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use tracing::debug;
 
-use super::errors::{INVALID_REQUEST, NONE, OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION};
+use super::errors::{
+    self, INVALID_REQUEST, NONE, OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION,
+};
 use super::groups::{GROUP_SUBSCRIBED_TO_TOPIC, code, name_code};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
@@ -41,10 +45,19 @@ pub(super) fn commit(
         // Each partition's own refusal, before the group's fence; `None` goes to the group.
         let mut refused = Vec::new();
         let mut entries = Vec::new();
+        let group_ok = conn.may(
+            errors::acl(KafkaApi::OffsetCommit),
+            ResourceType::Group,
+            request.group_id.as_str(),
+        );
         for topic in &request.topics {
             for p in &topic.partitions {
                 let metadata = p.committed_metadata.as_deref().unwrap_or_default();
-                let code = partition_refusal(&conn, &topic.name, p, metadata);
+                let code = if group_ok {
+                    partition_refusal(&conn, &topic.name, p, metadata)
+                } else {
+                    Some(errors::GROUP_AUTHORIZATION_FAILED)
+                };
                 if code.is_none() {
                     entries.push(CommitEntry {
                         topic: topic.name.to_string(),
@@ -115,6 +128,13 @@ fn partition_refusal(
     let (Ok(partition), true) = (u32::try_from(p.partition_index), p.committed_offset >= 0) else {
         return Some(INVALID_REQUEST);
     };
+    if !conn.may(
+        errors::acl(KafkaApi::OffsetCommit),
+        ResourceType::Topic,
+        topic.0.as_str(),
+    ) {
+        return Some(errors::TOPIC_AUTHORIZATION_FAILED);
+    }
     if metadata.len() > COMMIT_METADATA_BYTES_MAX {
         debug!(topic = %topic.0, partition, bytes = metadata.len(), "commit metadata too large");
         return Some(OFFSET_METADATA_TOO_LARGE);
@@ -132,6 +152,14 @@ pub(super) fn fetch(
     request: OffsetFetchRequest,
 ) -> Pending {
     let shard = Rc::clone(&conn.shard);
+    let conn = Rc::clone(conn);
+    let describable = move |group: &str| {
+        conn.may(
+            errors::acl(KafkaApi::OffsetFetch),
+            ResourceType::Group,
+            group,
+        )
+    };
     Pending::later(async move {
         if header.api_version < 8 {
             let asked: Option<Vec<(TopicName, Vec<i32>)>> = request.topics.map(|topics| {
@@ -140,7 +168,10 @@ pub(super) fn fetch(
                     .map(|t| (t.name, t.partition_indexes))
                     .collect()
             });
-            let (code, topics) = fetch_group(&shard, request.group_id.as_str(), asked).await;
+            let (code, topics) = match describable(request.group_id.as_str()) {
+                true => fetch_group(&shard, request.group_id.as_str(), asked).await,
+                false => (errors::GROUP_AUTHORIZATION_FAILED, Vec::new()),
+            };
             let topics = topics
                 .into_iter()
                 .map(|(name, partitions)| {
@@ -167,7 +198,10 @@ pub(super) fn fetch(
                     .map(|t| (t.name, t.partition_indexes))
                     .collect()
             });
-            let (code, topics) = fetch_group(&shard, group.group_id.as_str(), asked).await;
+            let (code, topics) = match describable(group.group_id.as_str()) {
+                true => fetch_group(&shard, group.group_id.as_str(), asked).await,
+                false => (errors::GROUP_AUTHORIZATION_FAILED, Vec::new()),
+            };
             let topics = topics
                 .into_iter()
                 .map(|(name, partitions)| {

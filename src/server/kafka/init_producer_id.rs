@@ -4,6 +4,8 @@
 //! uptime). Transactions are not served: a transactional id gets
 //! TRANSACTIONAL_ID_AUTHORIZATION_FAILED.
 
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use std::rc::Rc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -26,11 +28,21 @@ fn next_producer_id() -> i64 {
 }
 
 pub(super) fn handle(
-    _conn: &Rc<Conn>,
+    conn: &Rc<Conn>,
     header: RequestHeader,
     request: InitProducerIdRequest,
 ) -> Pending {
-    let body = if request.transactional_id.is_some() {
+    let idempotent_writer = conn.may(
+        super::errors::acl(KafkaApi::InitProducerId),
+        ResourceType::Cluster,
+        crate::security::acl::CLUSTER_NAME,
+    );
+    let body = if !idempotent_writer {
+        InitProducerIdResponse::default()
+            .with_error_code(super::errors::CLUSTER_AUTHORIZATION_FAILED)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1)
+    } else if request.transactional_id.is_some() {
         InitProducerIdResponse::default()
             .with_error_code(TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
             .with_producer_id(ProducerId(-1))

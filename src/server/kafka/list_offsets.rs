@@ -16,6 +16,8 @@ use super::errors::{self, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
 use crate::protocol::native::OffsetSpec;
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -31,6 +33,11 @@ pub(super) fn handle(
     Pending::later(async move {
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
+            let described = conn.may(
+                errors::acl(KafkaApi::ListOffsets),
+                ResourceType::Topic,
+                topic.name.0.as_str(),
+            );
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for p in topic.partitions {
                 let answer = ListOffsetsPartitionResponse::default()
@@ -44,8 +51,11 @@ pub(super) fn handle(
                             -1
                         },
                     );
-                let code_or_offset =
-                    list(&conn, topic.name.0.as_str(), p.partition_index, p.timestamp).await;
+                let code_or_offset = if described {
+                    list(&conn, topic.name.0.as_str(), p.partition_index, p.timestamp).await
+                } else {
+                    Err(errors::TOPIC_AUTHORIZATION_FAILED)
+                };
                 partitions.push(match code_or_offset {
                     Ok(offset) => answer.with_offset(offset),
                     Err(code) => answer.with_offset(-1).with_error_code(code),

@@ -5,6 +5,8 @@
 //! `auto.create.topics.enable` does (topics are created on demand for every protocol),
 //! except a topic deleted since this connection used it (`shard::used`).
 
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use std::rc::Rc;
 
 use kafka_protocol::messages::metadata_response::{
@@ -42,13 +44,20 @@ pub(super) fn brokers(conn: &Conn) -> Vec<MetadataResponseBroker> {
 /// The broker of `place` as a client reaches it; `None` for a place that does not exist.
 pub(super) fn broker(conn: &Conn, place: Place) -> Option<MetadataResponseBroker> {
     let address = conn.shard.placement().address(place)?;
+    // The placement knows the main listener's ports; another listener's are at the same
+    // distance from its own port.
+    let port = match (conn.listener_index, address.shard_port) {
+        (0, _) => address.port(),
+        (_, Some(shard)) => conn.listener_port + (shard - address.main_port),
+        (_, None) => conn.listener_port,
+    };
     Some(
         MetadataResponseBroker::default()
             .with_node_id(node_id(place))
             .with_host(StrBytes::from_string(
                 address.host.clone().unwrap_or_else(|| conn.host.clone()),
             ))
-            .with_port(i32::from(address.port())),
+            .with_port(i32::from(port)),
     )
 }
 
@@ -88,6 +97,9 @@ async fn metadata(
     let auto_create = header.api_version < 4 || request.allow_auto_topic_creation;
     let mut invalid = Vec::new();
     let mut gone = Vec::new();
+    let mut denied = Vec::new();
+    let describable =
+        |name: &str| conn.may(errors::acl(KafkaApi::Metadata), ResourceType::Topic, name);
     let names = match asked {
         None => Vec::new(),
         Some(names) => {
@@ -97,12 +109,21 @@ async fn metadata(
                     invalid.push(name);
                     continue;
                 }
+                if !describable(&name) {
+                    denied.push(name);
+                    continue;
+                }
                 if conn.shard.hidden_from(&conn.used, &name, auto_create) {
                     gone.push(name);
                     continue;
                 }
                 if auto_create
                     && shard.topic(&name).is_none()
+                    && conn.may(
+                        errors::acl(KafkaApi::CreateTopics),
+                        ResourceType::Topic,
+                        &name,
+                    )
                     && let Err(failure) = shard.topic_on_demand(name.as_bytes()).await
                 {
                     debug!(topic = %name, error = %failure, "topic not created for Metadata");
@@ -121,6 +142,8 @@ async fn metadata(
         .topics
         .into_iter()
         .filter(|t| !t.name.is_empty())
+        // A listing of every topic leaves out those the principal may not describe.
+        .filter(|t| describable(&t.name))
         .map(|t| {
             let name = Some(TopicName(StrBytes::from_string(t.name)));
             let Some(meta) = t.meta else {
@@ -172,6 +195,11 @@ async fn metadata(
         MetadataResponseTopic::default()
             .with_name(Some(TopicName(StrBytes::from_string(name))))
             .with_error_code(UNKNOWN_TOPIC_OR_PARTITION)
+    }));
+    topics.extend(denied.into_iter().map(|name| {
+        MetadataResponseTopic::default()
+            .with_name(Some(TopicName(StrBytes::from_string(name))))
+            .with_error_code(errors::TOPIC_AUTHORIZATION_FAILED)
     }));
     topics.extend(invalid.into_iter().map(|name| {
         MetadataResponseTopic::default()

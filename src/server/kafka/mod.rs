@@ -16,6 +16,7 @@ use std::io;
 use std::rc::Rc;
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::protocol::Encodable;
 use tracing::{debug, warn};
 
@@ -25,6 +26,7 @@ use crate::protocol::kafka::RequestHeader;
 use crate::protocol::kafka::apis::{self, ApiError, KafkaRequest};
 use crate::protocol::kafka::frame::{self, FrameError};
 use crate::protocol::kafka::header::HeaderPrefix;
+use crate::protocol::native::ErrorCode;
 use crate::server::session::pipeline::{
     self, Framing, Frontend, Inbox, Later, Lost, Outcome, Started,
 };
@@ -54,6 +56,7 @@ mod init_producer_id;
 mod list_offsets;
 mod metadata;
 mod produce;
+mod sasl;
 
 /// Bytes a request may carry beyond one batch at the payload limit (headers, several
 /// partitions' small batches).
@@ -75,12 +78,15 @@ pub enum Part {
 #[derive(Default)]
 pub struct Reply {
     pub parts: Vec<Part>,
+    /// The connection closes once this answer is written (a failed login).
+    pub close: bool,
 }
 
 impl Reply {
     pub fn frame(bytes: Vec<u8>) -> Reply {
         Reply {
             parts: vec![Part::Bytes(bytes)],
+            close: false,
         }
     }
 
@@ -192,7 +198,25 @@ impl Frontend for Kafka {
                 Part::File(range) => out.file(range),
             }
         }
-        Outcome::Done
+        if reply.close {
+            Outcome::Close(Some(ErrorCode::AuthenticationFailed))
+        } else {
+            Outcome::Done
+        }
+    }
+
+    fn before_login(&self, frame: &[u8]) -> Result<(), String> {
+        let prefix = HeaderPrefix::peek(&frame[frame::SIZE_LEN..]).map_err(|e| e.to_string())?;
+        let login = [
+            ApiKey::ApiVersions,
+            ApiKey::SaslHandshake,
+            ApiKey::SaslAuthenticate,
+        ];
+        if login.iter().any(|key| *key as i16 == prefix.api_key) {
+            Ok(())
+        } else {
+            Err(format!("Kafka api {}", prefix.api_key))
+        }
     }
 
     fn too_large(&self, _: &Session, _: &[u8], _: u64) -> Option<Started<Pending>> {
@@ -240,6 +264,12 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Started<Pending> {
         }
     };
     let kind = RequestKind::kafka(header.api_key);
+    if let Some(refused) = super_users_only(conn, &header) {
+        return Started {
+            kind,
+            pending: refused,
+        };
+    }
     debug!(api = ?header.api_key, version = header.api_version, correlation_id = header.correlation_id, "Kafka request");
     let pending = match request {
         KafkaRequest::ApiVersions(r) => api_versions::handle(&header, r),
@@ -260,9 +290,45 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Started<Pending> {
             alter_configs::handle_incremental(conn, header, r)
         }
         KafkaRequest::InitProducerId(r) => init_producer_id::handle(conn, header, r),
+        KafkaRequest::SaslHandshake(r) => sasl::handshake(conn, header, r),
+        KafkaRequest::SaslAuthenticate(r) => sasl::authenticate(conn, header, r),
         group => groups::handle(conn, header, group),
     };
     Started { kind, pending }
+}
+
+/// Administrative APIs whose ACL checks per resource are not written yet: with the ACL
+/// authorizer on, only super users may call them; anyone else is refused by closing the
+/// connection (counted, with an audit line), never served. (docs/SECURITY.md)
+const SUPER_USERS_ONLY: &[ApiKey] = &[
+    ApiKey::DescribeGroups,
+    ApiKey::ListGroups,
+    ApiKey::DeleteGroups,
+    ApiKey::OffsetDelete,
+    ApiKey::DescribeConfigs,
+    ApiKey::AlterConfigs,
+    ApiKey::IncrementalAlterConfigs,
+    ApiKey::CreatePartitions,
+    ApiKey::DeleteRecords,
+    ApiKey::DescribeLogDirs,
+    ApiKey::ElectLeaders,
+    ApiKey::DescribeCluster,
+];
+
+fn super_users_only(conn: &Conn, header: &RequestHeader) -> Option<Pending> {
+    if !conn.security.authorizes() || !SUPER_USERS_ONLY.contains(&header.api_key) {
+        return None;
+    }
+    let is_super = conn.with_principal(|p| p.is_some_and(|p| conn.security.is_super_user(p)));
+    if is_super {
+        return None;
+    }
+    Metrics::inc(&conn.shard.metrics.authz_denied_cluster);
+    warn!(target: "pagurus::audit", principal = ?conn.principal().map(|p| p.to_string()), peer = %conn.peer, api = ?header.api_key, "denied: an administrative API only super users may call while its ACL checks are not written; connection closed");
+    Some(Pending::Ready(Reply {
+        parts: Vec::new(),
+        close: true,
+    }))
 }
 
 /// The answer to a request that did not decode: UNSUPPORTED_VERSION for an API or version

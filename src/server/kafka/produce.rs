@@ -24,6 +24,8 @@ use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::batch::{self, BatchError};
 use crate::protocol::kafka::{RequestHeader, convert};
 use crate::protocol::record;
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use crate::shard::data::{Batches, KafkaBatch, ProduceInFlight};
 use crate::shard::idempotence::IdempotentBatch;
 use crate::shard::producers::ProducerBatch;
@@ -52,9 +54,20 @@ pub(super) async fn start(
         } else {
             Some(topic.name)
         };
+        let writable = name.as_ref().is_none_or(|name| {
+            conn.may(
+                errors::acl(KafkaApi::Produce),
+                ResourceType::Topic,
+                name.0.as_str(),
+            )
+        });
         for p in topic.partition_data {
             let outcome = match &name {
                 None => Started::Refused(errors::UNKNOWN_TOPIC_ID, format!("no topic has id {id}")),
+                Some(_) if !writable => Started::Refused(
+                    errors::TOPIC_AUTHORIZATION_FAILED,
+                    "not authorized to write to the topic".into(),
+                ),
                 Some(_) if !matches!(acks, -1..=1) => {
                     Started::Refused(errors::INVALID_REQUIRED_ACKS, format!("acks={acks}"))
                 }

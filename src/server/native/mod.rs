@@ -23,10 +23,10 @@ use crate::server::session::pipeline::{self, Framing, Frontend, Inbox, Later, Ou
 use crate::server::session::{Outbox, Session};
 use crate::shard::calls::{Fetch, Produced, SendPlan};
 use crate::shard::data::ProduceInFlight;
-use crate::shard::used::UsedTopics;
 use crate::shard::{Shard, ShardError};
 use refusal::Refusal;
 
+mod authorize;
 mod cluster;
 mod fetch;
 mod groups;
@@ -141,12 +141,7 @@ impl Frontend for Native {
     }
 
     async fn start(&self, session: &Rc<Session>, frame: &[u8]) -> Started<Pending> {
-        dispatch(
-            &session.shard,
-            &session.used,
-            &frame[native::FRAME_LEN_BYTES..],
-        )
-        .await
+        dispatch(session, &frame[native::FRAME_LEN_BYTES..]).await
     }
 
     async fn answer(&self, session: &Rc<Session>, pending: Pending) -> Answer {
@@ -270,7 +265,8 @@ fn error_frame(correlation_id: u32, failure: &Refusal) -> Vec<u8> {
 }
 
 /// Decodes one request and starts it; returns what the writer must do to answer it.
-async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Started<Pending> {
+async fn dispatch(session: &Session, body: &[u8]) -> Started<Pending> {
+    let (shard, used) = (&session.shard, &session.used);
     let limits = shard.config.log.limits;
     let (header, request) = match native::decode_request(body, &limits) {
         Ok(decoded) => decoded,
@@ -292,7 +288,14 @@ async fn dispatch(shard: &Rc<Shard>, used: &Rc<UsedTopics>, body: &[u8]) -> Star
         }
     };
     let correlation_id = header.correlation_id;
-    let kind = RequestKind::Native(ApiKey::from_u16(header.api).expect("decoded: a known api"));
+    let api = ApiKey::from_u16(header.api).expect("decoded: a known api");
+    let kind = RequestKind::Native(api);
+    if let Err(refusal) = authorize::check(session, api, &request) {
+        return Started {
+            kind,
+            pending: Pending::Ready(Answer::failed(correlation_id, refusal)),
+        };
+    }
     let tag = (kind, correlation_id);
     let pending = match request {
         Request::Produce {

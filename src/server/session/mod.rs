@@ -1,5 +1,5 @@
 //! A connection, whatever its protocol, is a [`Session`]: its socket, its view of deleted
-//! topics, its principal and its metrics label, shared by the two halves of its
+//! topics, who is on the other end ([`auth`]) and its metrics label, shared by the two halves of its
 //! [`pipeline`]. The reader half owns the read buffer and the request deadline
 //! ([`pipeline::Inbox`]); the writer half owns the answers waiting to go out
 //! ([`Outbox`]), the one place that sends file ranges.
@@ -8,20 +8,42 @@
 //! the pipeline through [`pipeline::Frontend`]: reading, framing, timeouts, pipelining, request
 //! metrics and writing answers are written once, here, for every protocol.
 
+pub mod auth;
 pub mod outbox;
 pub mod pipeline;
 
 use std::cell::RefCell;
 use std::io;
+use std::net::IpAddr;
 use std::rc::Rc;
+use std::sync::Arc;
 
-use glommio::net::TcpStream;
+use crate::server::stream::Stream;
 
+use crate::security::listener::SecurityProtocol;
+use crate::security::runtime::Security;
 use crate::shard::Shard;
 use crate::shard::placement::Place;
 use crate::shard::used::UsedTopics;
 
+pub use auth::Auth;
 pub use outbox::{FileRange, Outbox};
+
+/// The listener a connection came in on, as the session needs it.
+#[derive(Clone)]
+pub struct Accepted {
+    pub security: Arc<Security>,
+    /// The listener's place in the broker's list (the main one is 0).
+    pub listener_index: usize,
+    /// The listener's name (`--listener NAME=...`), for log lines.
+    pub listener_name: Rc<str>,
+    pub listener_security: SecurityProtocol,
+    /// The listener's own port.
+    pub port: u16,
+    /// The core this port reaches exactly (a shard port of the listener); `None` for the
+    /// listener's own port, which any core may have accepted.
+    pub exact: Option<Place>,
+}
 
 /// Which protocol a session speaks: its metrics label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,14 +63,6 @@ impl Protocol {
     }
 }
 
-/// Who is on the other end. Every session is anonymous until authentication exists; the
-/// slot is here so that authorization has one place to look.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Principal {
-    #[default]
-    Anonymous,
-}
-
 /// Which listener accepted the connection: it decides what "not the leader" means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Listener {
@@ -63,25 +77,38 @@ pub enum Listener {
 /// One connection's state, shared by its reader and writer.
 pub struct Session {
     pub shard: Rc<Shard>,
-    pub stream: RefCell<TcpStream>,
+    pub stream: RefCell<Stream>,
     pub protocol: Protocol,
     pub listener: Listener,
     /// The address the client reached this broker at: what metadata advertises.
     pub host: String,
+    /// The port of the listener it reached (not of the shard port): what metadata
+    /// advertises on a listener other than the main one, with its shard ports.
+    pub listener_port: u16,
     /// What this connection used, so that a deleted topic stays deleted (`shard::used`).
     pub used: Rc<UsedTopics>,
-    pub principal: RefCell<Principal>,
+    /// The broker's users, TLS and authorizer.
+    pub security: Arc<Security>,
+    pub listener_index: usize,
+    pub listener_name: Rc<str>,
+    pub listener_security: SecurityProtocol,
+    /// The client's address: for ACLs that name hosts, and audit lines.
+    pub peer: IpAddr,
+    pub auth: RefCell<Auth>,
 }
 
 impl Session {
     /// A session for `stream`, which the protocol selection found speaking `protocol`.
     pub fn new(
         shard: Rc<Shard>,
-        stream: RefCell<TcpStream>,
+        stream: RefCell<Stream>,
         protocol: Protocol,
+        accepted: Accepted,
+        auth: Auth,
     ) -> io::Result<Session> {
-        let local = stream.borrow().local_addr()?;
-        let listener = match shard.placement().listening_on(local.port()) {
+        let local = stream.borrow().tcp().local_addr()?;
+        let peer = stream.borrow().tcp().peer_addr()?.ip();
+        let listener = match accepted.exact {
             Some(place) => Listener::Shard(place),
             None => Listener::Main,
         };
@@ -95,8 +122,14 @@ impl Session {
             protocol,
             listener,
             host: local.ip().to_string(),
+            listener_port: accepted.port,
             used,
-            principal: RefCell::default(),
+            security: accepted.security,
+            listener_index: accepted.listener_index,
+            listener_name: accepted.listener_name,
+            listener_security: accepted.listener_security,
+            peer,
+            auth: RefCell::new(auth),
         })
     }
 

@@ -92,6 +92,13 @@ pub trait Frontend: 'static {
     /// Frames the bytes at the front of `buf`. Pure: no side effects.
     fn framing(&self, buf: &[u8]) -> Framing;
 
+    /// True if the request in `frame` may be served before the session's login succeeds
+    /// (the login itself, and what a client asks before it: Kafka's ApiVersions). The name
+    /// of what was refused otherwise, for the log line.
+    fn before_login(&self, _frame: &[u8]) -> Result<(), String> {
+        Err("a request".to_string())
+    }
+
     /// Starts the request in `frame` (its length prefix included), in request order.
     async fn start(&self, session: &Rc<Session>, frame: &[u8]) -> Started<Self::Pending>;
 
@@ -187,6 +194,13 @@ async fn read_requests<F: Frontend>(
         match frontend.framing(&inbox.buf) {
             Framing::Complete { frame_bytes } => {
                 inbox.deadline.done();
+                if !session.authenticated()
+                    && let Err(what) = frontend.before_login(&inbox.buf[..frame_bytes])
+                {
+                    // Answers already queued still go out; this one is never served.
+                    session.refuse_unauthenticated(&what);
+                    return Ok(());
+                }
                 let started = frontend.start(session, &inbox.buf[..frame_bytes]).await;
                 inbox.buf.advance(frame_bytes);
                 if !queue(session, &tx, started).await {
@@ -428,7 +442,7 @@ enum Ended {
 /// Shuts the socket down both ways: a read waiting on it ends at once.
 fn hang_up(session: &Session) {
     use std::os::fd::AsRawFd;
-    let fd = session.stream.borrow().as_raw_fd();
+    let fd = session.stream.borrow().tcp().as_raw_fd();
     // A socket the peer already closed reports ENOTCONN; nothing more is to be done then.
     let _ = nix::sys::socket::shutdown(fd, nix::sys::socket::Shutdown::Both);
 }
