@@ -69,8 +69,8 @@ pub struct BrokerConfig {
     /// turn) before it sleeps; zero sleeps at once. See docs/LATENCY.md, (j).
     pub idle_poll: Duration,
     /// This node's place in a cluster (`--cluster-listen`, `--cluster-peers`,
-    /// `--advertised-host`); `None` outside one. Checked at start, not yet acted on: see
-    /// docs/CLUSTER.md.
+    /// `--advertised-host`); `None` outside one. With it, core 0 joins the cluster
+    /// (`server::cluster`, docs/CLUSTER.md).
     pub cluster: Option<ClusterConfig>,
     /// Listeners beyond the main one, TLS, the authorizer (`security::config`).
     pub security: SecurityConfig,

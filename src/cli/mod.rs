@@ -3,6 +3,7 @@
 //! `PAGURUS_BROKER`, or from the client configuration file ([`profile`]).
 
 mod acls;
+mod cluster;
 mod consume;
 mod consume_group;
 mod format;
@@ -73,6 +74,9 @@ pub enum Command {
     Topics(topics::TopicsArgs),
     /// List consumer groups and show their committed offsets and lag.
     Groups(groups::GroupsArgs),
+    /// Show the cluster as the node asked knows it: nodes, their liveness, the controller
+    /// leader and term.
+    Cluster(cluster::ClusterArgs),
     /// Create, delete and list users on a stopped broker's data directory.
     Users(users::UsersArgs),
     /// Add, remove and list ACLs on a stopped broker's data directory.
@@ -99,6 +103,7 @@ impl Command {
             Command::Consume(a) => Some((&mut a.target, Some(&mut a.reconnect))),
             Command::Topics(a) => Some((&mut a.target, None)),
             Command::Groups(a) => Some((&mut a.target, None)),
+            Command::Cluster(a) => Some((&mut a.target, None)),
             Command::Bench(a) => Some((&mut a.target, None)),
             Command::Serve(_) | Command::Users(_) | Command::Acls(_) | Command::Completion(_) => {
                 None
@@ -125,6 +130,7 @@ pub fn main() -> std::process::ExitCode {
         Command::Consume(args) => consume::run(args),
         Command::Topics(args) => topics::run(args),
         Command::Groups(args) => groups::run(args),
+        Command::Cluster(args) => cluster::run(args),
         Command::Users(args) => users::run(args),
         Command::Acls(args) => acls::run(args),
         Command::Bench(args) => crate::bench::run(args),

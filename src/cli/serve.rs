@@ -83,7 +83,7 @@ pub struct ServeArgs {
           value_parser = parse_idle_poll_us)]
     pub idle_poll_us: u64,
     /// Address this node listens on for its cluster peers (IP:PORT); needs --node-id and
-    /// --cluster-peers. Checked at start, not yet acted on (docs/CLUSTER.md).
+    /// --cluster-peers. Core 0 runs the node's transport and controller there (docs/CLUSTER.md).
     #[arg(long, env = "PAGURUS_CLUSTER_LISTEN", value_name = "ADDR", value_parser = parse_address)]
     pub cluster_listen: Option<SocketAddr>,
     /// Every member of the cluster, this node included: ID=HOST:PORT,ID=HOST:PORT,... with

@@ -387,6 +387,13 @@ impl Client {
         }
     }
 
+    /// What the node connected to knows of its cluster: its nodes, the controller leader
+    /// and term (a one-node cluster for a broker started without the cluster flags).
+    pub fn cluster_status(&mut self) -> Result<native::ClusterStatusResponse, ClientError> {
+        self.call(&Request::ClusterStatus)?;
+        self.reply().cluster_status()
+    }
+
     pub fn list_groups(&mut self) -> Result<Vec<String>, ClientError> {
         self.call(&Request::ListGroups)?;
         self.reply().groups()

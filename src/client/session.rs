@@ -171,6 +171,10 @@ impl<B: AsRef<[u8]>> Reply<B> {
         native::decode_metadata_response(self.body()?).map_err(protocol)
     }
 
+    pub fn cluster_status(&self) -> Result<native::ClusterStatusResponse, ClientError> {
+        native::decode_cluster_status_response(self.body()?).map_err(protocol)
+    }
+
     pub fn groups(&self) -> Result<Vec<String>, ClientError> {
         native::decode_list_groups_response(self.body()?).map_err(protocol)
     }

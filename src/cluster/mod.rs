@@ -11,12 +11,20 @@
 //!   deterministic driver around `RawNode` ([`controller::driver`]).
 //! - [`transport`]: node-to-node TCP on glommio: hellos, reconnection, per-group delivery.
 //! - [`raft_log`]: raft-rs logs through `slog`; this drain hands its records to `tracing`.
+//! - [`node`]: a node at run time on core 0 of `serve`: the transport and the controller
+//!   driven by one task, proposals from this node, topic changes passed on.
+//! - [`status`]: what the node knows, shared with every core; [`identity`]: the cluster id;
+//!   [`table`]: the shard's placement on a cluster node, from the controller's topics.
 //!
-//! Not wired yet: no shard and no server uses this module so far.
+//! What is not wired yet (clients routed between nodes, replication, ...): docs/CLUSTER.md.
 
 pub mod config;
 pub mod controller;
+pub mod identity;
+pub mod node;
 pub mod raft_log;
+pub mod status;
+pub mod table;
 pub mod transport;
 pub mod wire;
 

@@ -541,6 +541,9 @@ impl fmt::Write for EscapeLabel<'_> {
     }
 }
 
+mod cluster;
 mod io;
+
+pub use cluster::render_cluster;
 #[cfg(test)]
 mod tests;

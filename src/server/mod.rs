@@ -9,6 +9,7 @@
 //! - [`io`]: socket reads and writes shared by a connection's two tasks.
 //! - [`scrape`]: the `/metrics` endpoint.
 
+mod cluster;
 pub mod connection;
 pub mod handoff;
 pub mod hermit;
@@ -63,6 +64,8 @@ pub enum ServeError {
     Core { core: usize, reason: String },
     #[error("bad configuration: {0}")]
     Config(String),
+    #[error("cannot join the cluster: {0}")]
+    Cluster(String),
 }
 
 /// Longest wait for the cores to connect their mesh at start.
@@ -136,6 +139,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         finished: Arc::new(AtomicUsize::new(0)),
     };
     let connections = Arc::new(AtomicUsize::new(0));
+    let cluster_view = cluster::view(&config);
     let mut metrics_listener = bind_metrics(&config)?;
 
     let mut handles = Vec::with_capacity(cores);
@@ -153,6 +157,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
         let connections = Arc::clone(&connections);
         let security = Arc::clone(&security);
         let reload_tls = Arc::clone(&reload_tls);
+        let cluster = Arc::clone(&cluster_view);
         // Core 0 serves the metrics endpoint (its answers cover every core).
         let metrics = if index == 0 {
             metrics_listener.take()
@@ -173,6 +178,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
                     reload_tls,
                     cpu,
                     connections,
+                    cluster,
                 };
                 run_core(core, mesh, barriers, metrics).await
             })
@@ -336,6 +342,8 @@ struct Core {
     cpu: Option<usize>,
     /// Connections open on every core together (for the connection limit).
     connections: Arc<AtomicUsize>,
+    /// What the node knows of its cluster, shared by the cores.
+    cluster: Arc<crate::cluster::status::ClusterView>,
 }
 
 async fn run_core(
@@ -396,12 +404,10 @@ async fn run_core_phases(
         }
     };
     let core = senders.peer_id();
-    let shard = Rc::new(Shard::new(
-        core,
-        Arc::clone(config),
-        Mesh::new(core, Some(senders)),
-    ));
+    let mesh = Mesh::new(core, Some(senders));
+    let shard = Rc::new(cluster::shard(core, config, mesh, &given.cluster));
     shard.start_receivers(receivers);
+    shard.set_cluster_view(Arc::clone(&given.cluster));
 
     shard.load().await.map_err(|e| ServeError::Core {
         core,
@@ -453,6 +459,8 @@ async fn serve_core(
         let listener = unsafe { TcpListener::from_raw_fd(listener.into_raw_fd()) };
         glommio::spawn_local(scrape::serve_metrics(Rc::clone(shard), listener)).detach();
     }
+    // Core 0 joins the cluster before it listens for clients.
+    let cluster = cluster::start(shard).await?;
     let accepted: Rc<Vec<Accepted>> = Rc::new(
         config
             .security
@@ -551,6 +559,9 @@ async fn serve_core(
             open = connection_tasks.get(),
             "connections still open at the drain deadline"
         );
+    }
+    if let Some(cluster) = cluster {
+        cluster.stop().await;
     }
     Ok(())
 }

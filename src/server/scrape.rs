@@ -142,7 +142,10 @@ async fn serve_one(shard: &Rc<Shard>, stream: TcpStream) -> io::Result<()> {
     let refused = parsed.is_err();
     let response = match parsed {
         Ok(Some(Target::Metrics { head_only })) => {
-            let text = exposition::render(&gather(shard).await);
+            let mut text = exposition::render(&gather(shard).await);
+            if let Some(view) = shard.cluster_view() {
+                text.push_str(&exposition::render_cluster(&view.snapshot()));
+            }
             Metrics::inc(&shard.metrics.metrics_scrapes);
             let mut out = http::response_head(Status::Ok, CONTENT_TYPE, text.len()).into_bytes();
             if !head_only {

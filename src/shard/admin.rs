@@ -153,6 +153,21 @@ impl Shard {
             meta,
             if_not_exists,
         } = call;
+        // A cluster node asks the cluster's controller; the topic is made here (and on the
+        // other nodes) when its creation is applied (`install_topic`).
+        if let Some(controller) = self.topic_controller() {
+            return controller.create(meta, if_not_exists).await;
+        }
+        self.install_topic(meta, if_not_exists).await
+    }
+
+    /// Makes a topic on this node: `topic.meta`, the partitions this node's cores own
+    /// (by the placement), then every core learns it. On the node's controller core.
+    pub async fn install_topic(
+        self: &Rc<Self>,
+        meta: TopicMeta,
+        if_not_exists: bool,
+    ) -> Result<(), ShardError> {
         let _lock = self.controller_permit().await?;
         if self.topic(&meta.name).is_some() {
             return if if_not_exists {
@@ -245,6 +260,15 @@ impl Shard {
     }
 
     async fn delete_on_controller(self: &Rc<Self>, name: &str) -> Result<(), ShardError> {
+        if let Some(controller) = self.topic_controller() {
+            return controller.delete(name.to_string()).await;
+        }
+        self.remove_topic(name).await
+    }
+
+    /// Deletes a topic on this node: every core drops it, its groups' offsets and its
+    /// files go. On the node's controller core.
+    pub async fn remove_topic(self: &Rc<Self>, name: &str) -> Result<(), ShardError> {
         let _lock = self.controller_permit().await?;
         if self.topic(name).is_none() {
             return Err(self.unknown_topic(name));

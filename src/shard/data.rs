@@ -357,6 +357,10 @@ impl Shard {
         let mut by_place: HashMap<Place, Asked> = HashMap::new();
         for (at, (topic, partition)) in partitions.iter().enumerate() {
             let owner = self.placement().owner(topic, *partition);
+            // Another node's partition has no state here (until nodes ask each other).
+            if owner.node != self.here().node {
+                continue;
+            }
             let entry = by_place.entry(owner).or_default();
             entry.0.push((topic.clone(), *partition));
             entry.1.push(at);

@@ -120,6 +120,21 @@ pub struct Shard {
     controller_lock: glommio::sync::Semaphore,
     /// How this core serves a connection another core hands it (registered by the server).
     adopter: RefCell<Option<handoff::Adopter>>,
+    /// What this node knows of its cluster, shared by the cores (set by the server).
+    cluster: std::cell::OnceCell<Arc<crate::cluster::status::ClusterView>>,
+    /// On a cluster node's controller core: where topic creation and deletion go.
+    topic_controller: std::cell::OnceCell<Rc<dyn TopicController>>,
+}
+
+/// Where a cluster node's topic changes go instead of being made here at once (the
+/// cluster's controller, set by the server). The node makes them when they are applied.
+pub trait TopicController {
+    fn create(
+        &self,
+        meta: TopicMeta,
+        if_not_exists: bool,
+    ) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
+    fn delete(&self, name: String) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
 }
 
 impl Shard {
@@ -153,7 +168,28 @@ impl Shard {
             deleted_topics: Default::default(),
             controller_lock: glommio::sync::Semaphore::new(1),
             adopter: RefCell::new(None),
+            cluster: std::cell::OnceCell::new(),
+            topic_controller: std::cell::OnceCell::new(),
         }
+    }
+
+    /// Sends this core's topic creations and deletions to `controller` (once).
+    pub fn set_topic_controller(&self, controller: Rc<dyn TopicController>) {
+        let _ = self.topic_controller.set(controller);
+    }
+
+    fn topic_controller(&self) -> Option<Rc<dyn TopicController>> {
+        self.topic_controller.get().cloned()
+    }
+
+    /// Gives this core the node's cluster view (once; a later call is ignored).
+    pub fn set_cluster_view(&self, view: Arc<crate::cluster::status::ClusterView>) {
+        let _ = self.cluster.set(view);
+    }
+
+    /// The node's cluster view, when the server set one.
+    pub fn cluster_view(&self) -> Option<&Arc<crate::cluster::status::ClusterView>> {
+        self.cluster.get()
     }
 
     pub fn cores(&self) -> usize {

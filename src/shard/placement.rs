@@ -159,6 +159,15 @@ impl OneNode {
         }
     }
 
+    /// [`OneNode::new`]'s table for cluster node `node`: the same rules for what stays on
+    /// the node (groups, offsets, the controller core, topics the cluster did not place).
+    pub fn for_node(config: &BrokerConfig, node: NodeId) -> OneNode {
+        OneNode {
+            node,
+            ..OneNode::new(config)
+        }
+    }
+
     fn here(&self, core: usize) -> Place {
         Place {
             node: self.node,

@@ -5,7 +5,7 @@
 //! (and never empties its `trash/`).
 //!
 //! A directory written by a pagurus from before the marker (no marker, only pagurus's own
-//! entries at the top: `topics/`, `offsets/`, `trash/`, `security/`, `.lock`) is adopted:
+//! entries at the top: `topics/`, `offsets/`, `trash/`, `security/`, `cluster/`, `.lock`) is adopted:
 //! marked, and logged.
 
 use std::fs;
@@ -30,7 +30,7 @@ pub const FORMAT_VERSION: u32 = 2;
 const MARKER_BYTES_MAX: u64 = 4096;
 
 /// Entries pagurus itself makes at the top of a data directory.
-const OWN_ENTRIES: &[&str] = &[".lock", "topics", "offsets", "trash", "security"];
+const OWN_ENTRIES: &[&str] = &[".lock", "topics", "offsets", "trash", "security", "cluster"];
 /// Entries that do not make a directory someone else's: the marker's temp file, which a
 /// crash during the first start can leave, and `lost+found`, which a freshly made ext4 file
 /// system has at its root.
@@ -151,7 +151,7 @@ pub fn check_and_mark(dir: &Path) -> Result<Marked, DataDirError> {
         }
         let is_dir = entry.file_type().map_err(|e| io(e.to_string()))?.is_dir();
         let ours = match name.as_str() {
-            "topics" | "offsets" | "trash" | "security" => is_dir,
+            "topics" | "offsets" | "trash" | "security" | "cluster" => is_dir,
             ".lock" => !is_dir,
             _ => false,
         };
@@ -376,6 +376,7 @@ mod tests {
         fs::create_dir(dir.path().join("offsets")).unwrap();
         fs::write(dir.path().join(".lock"), b"").unwrap();
         fs::create_dir(dir.path().join("security")).unwrap();
+        fs::create_dir_all(dir.path().join("cluster/controller")).unwrap();
         assert_eq!(check_and_mark(dir.path()).unwrap(), Marked::Adopted);
         assert!(dir.path().join(MARKER_FILE).is_file());
     }

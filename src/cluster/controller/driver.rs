@@ -206,10 +206,60 @@ impl Controller {
             });
         }
         self.state.check(command)?;
+        self.append(command, proposal)
+    }
+
+    /// Proposes `command` from any node: on a follower raft-rs forwards it to the leader it
+    /// knows (over the transport, as a `MsgPropose`), on the leader it is appended. Refused
+    /// at once only when no leader is known or this node's own applied state refuses it;
+    /// a forwarded proposal can still be lost (a leader change), so the caller retries
+    /// until it sees the outcome in an [`Event::Applied`] carrying `proposal`.
+    pub fn propose_anywhere(
+        &mut self,
+        command: &Command,
+        proposal: u64,
+    ) -> Result<(), DriverError> {
+        if self.is_leader() {
+            return self.propose(command, proposal);
+        }
+        if self.leader().is_none() {
+            return Err(DriverError::NotLeader { leader: None });
+        }
+        self.state.check(command)?;
+        self.append(command, proposal)
+    }
+
+    /// Hands `command` to raft-rs, its context naming this node and `proposal`.
+    fn append(&mut self, command: &Command, proposal: u64) -> Result<(), DriverError> {
         let mut context = Vec::with_capacity(10);
         context.extend_from_slice(&self.node.0.to_be_bytes());
         context.extend_from_slice(&proposal.to_be_bytes());
         Ok(self.raw.propose(context, command.encode())?)
+    }
+
+    /// Whether [`Controller::handle_ready`] has anything to persist, apply or send.
+    pub fn has_ready(&self) -> bool {
+        self.raw.has_ready()
+    }
+
+    /// This node's part in the group.
+    pub fn role(&self) -> StateRole {
+        self.raw.raft.state
+    }
+
+    /// On the leader, the peers raft-rs heard from since its last check-quorum round
+    /// (`recent_active`, cleared every election timeout); empty elsewhere.
+    pub fn peers_heard(&self) -> Vec<(NodeId, bool)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        self.raw
+            .raft
+            .prs()
+            .iter()
+            .filter(|(id, _)| **id != self.node.raft_id())
+            .filter_map(|(id, pr)| Some((NodeId::from_raft_id(*id)?, pr.recent_active)))
+            .collect()
     }
 
     /// Messages to send to peers (each names its destination in `to`).

@@ -125,6 +125,7 @@ code_enum!(
         LeaveGroup = 14,
         CommitGroupOffset = 15,
         DeleteGroup = 16,
+        ClusterStatus = 17,
     }
 );
 
@@ -328,12 +329,14 @@ pub fn encode_empty_response(out: &mut Vec<u8>, correlation_id: u32, error: Erro
     end_frame(out, start);
 }
 
+pub mod cluster;
 pub mod groups;
 pub mod request;
 pub mod response;
 #[cfg(test)]
 mod tests;
 
+pub use cluster::*;
 pub use groups::*;
 pub use request::*;
 pub use response::*;

@@ -45,6 +45,8 @@ pub enum Request<'a> {
         partition: u32,
     },
     ListGroups,
+    /// What the node knows of its cluster: nodes, liveness, the controller leader.
+    ClusterStatus,
     DescribeGroup {
         group: &'a [u8],
     },
@@ -264,6 +266,7 @@ fn decode_request_body<'a>(
             partition: r.u32("partition")?,
         },
         ApiKey::ListGroups => Request::ListGroups,
+        ApiKey::ClusterStatus => Request::ClusterStatus,
         ApiKey::DescribeGroup => Request::DescribeGroup {
             group: r.string("group")?,
         },
@@ -335,6 +338,7 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         Request::CommitOffset { .. } => ApiKey::CommitOffset,
         Request::FetchOffset { .. } => ApiKey::FetchOffset,
         Request::ListGroups => ApiKey::ListGroups,
+        Request::ClusterStatus => ApiKey::ClusterStatus,
         Request::DescribeGroup { .. } => ApiKey::DescribeGroup,
         Request::Compact { .. } => ApiKey::Compact,
         Request::JoinGroup(_) => ApiKey::JoinGroup,
@@ -416,7 +420,7 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
             out.put_string(topic);
             out.put_u32(*partition);
         }
-        Request::ListGroups => {}
+        Request::ListGroups | Request::ClusterStatus => {}
         Request::DescribeGroup { group } => out.put_string(group),
         Request::Compact { topic, partition } => {
             out.put_string(topic);

@@ -83,6 +83,7 @@ fn every_request_round_trips() {
             partition: 2,
         },
         Request::ListGroups,
+        Request::ClusterStatus,
         Request::DescribeGroup { group: b"g" },
         Request::Compact {
             topic: b"t",

@@ -97,6 +97,7 @@ pub enum NativeApi {
     LeaveGroup,
     CommitGroupOffset,
     DeleteGroup,
+    ClusterStatus,
 }
 
 impl From<NativeKey> for NativeApi {
@@ -118,6 +119,7 @@ impl From<NativeKey> for NativeApi {
             NativeKey::LeaveGroup => NativeApi::LeaveGroup,
             NativeKey::CommitGroupOffset => NativeApi::CommitGroupOffset,
             NativeKey::DeleteGroup => NativeApi::DeleteGroup,
+            NativeKey::ClusterStatus => NativeApi::ClusterStatus,
         }
     }
 }
@@ -281,5 +283,7 @@ fn native(api: NativeApi) -> &'static [Need] {
         DescribeGroup => &[Need::On(Group, Describe, Request)],
         ListGroups => LIST_GROUPS,
         DeleteGroup => &[Need::On(Group, Delete, Request)],
+        // As Kafka's DescribeCluster.
+        ClusterStatus => DESCRIBE_CLUSTER,
     }
 }

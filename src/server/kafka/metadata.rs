@@ -158,9 +158,12 @@ async fn metadata(
                 .map(|(index, p)| {
                     let leader = node_id(p.owner);
                     let replicas: Vec<BrokerId> = p.replicas.iter().map(|&r| node_id(r)).collect();
+                    // Another node's partition has no state here: its leader is that node's
+                    // broker, which the client asks (docs/CLUSTER.md).
+                    let elsewhere = p.owner.node != shard.here().node;
                     MetadataResponsePartition::default()
                         .with_partition_index(i32::try_from(index).expect("partitions fit i32"))
-                        .with_error_code(if p.state.is_some() {
+                        .with_error_code(if p.state.is_some() || elsewhere {
                             errors::NONE
                         } else {
                             errors::UNKNOWN_TOPIC_OR_PARTITION

@@ -7,7 +7,8 @@
 //! same order; fetched batches go from the segment files with sendfile.
 //!
 //! Handlers: [`produce`], [`fetch`], [`metadata`], [`offsets`] (list, commit, fetch
-//! committed), [`topics`] (create, delete, compact), [`groups`] (list, describe, join, ...).
+//! committed), [`topics`] (create, delete, compact), [`groups`] (list, describe, join, ...),
+//! [`cluster`] (the node's cluster status).
 
 use std::io;
 use std::rc::Rc;
@@ -26,6 +27,7 @@ use crate::shard::{Shard, ShardError};
 use refusal::Refusal;
 
 mod authorize;
+mod cluster;
 mod fetch;
 mod groups;
 mod metadata;
@@ -337,6 +339,7 @@ async fn dispatch(session: &Session, body: &[u8]) -> Started<Pending> {
             partition,
         } => offsets::fetch(shard, tag, group, topic, partition),
         Request::ListGroups => groups::list(shard, tag),
+        Request::ClusterStatus => cluster::status(shard, tag),
         Request::DescribeGroup { group } => groups::describe(shard, tag, group),
         Request::JoinGroup(join) => groups::join(shard, tag, join),
         Request::Heartbeat {

@@ -1,0 +1,105 @@
+//! Starting and stopping this node's cluster membership (`cluster::node`) with the broker:
+//! the view every core reads, the shard's placement table, and the controller on core 0
+//! when `serve` has the cluster flags, with the node's topics following it ([`topics`]).
+
+mod topics;
+
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::cluster::NodeId;
+use crate::cluster::controller::driver::DriverConfig;
+use crate::cluster::node::{ClusterNode, NodeSetup};
+use crate::cluster::status::{ClusterStatus, ClusterView, Role};
+use crate::cluster::table::ClusterTable;
+use crate::config::BrokerConfig;
+use crate::server::ServeError;
+use crate::shard::Shard;
+use crate::shard::mesh::Mesh;
+
+/// The view the cores share: a one-node cluster without the cluster flags, else this node
+/// with no leader known until the controller says so.
+pub(crate) fn view(config: &BrokerConfig) -> Arc<ClusterView> {
+    let cores = u16::try_from(config.cores).unwrap_or(u16::MAX);
+    match &config.cluster {
+        None => {
+            let node = config
+                .node_id
+                .and_then(|id| u16::try_from(id).ok())
+                .map_or(NodeId(0), NodeId);
+            ClusterView::new(ClusterStatus::alone(node, client_addr(config), cores))
+        }
+        Some(cluster) => ClusterView::new(ClusterStatus {
+            node: cluster.node,
+            role: Role::Follower,
+            term: 0,
+            leader: None,
+            applied: 0,
+            nodes: Vec::new(),
+        }),
+    }
+}
+
+/// Where clients reach this node: `--advertised-host` (else, when `--listen` is a wildcard
+/// address, this node's host in `--cluster-peers`; else `--listen`'s address) and the
+/// `--listen` port.
+fn client_addr(config: &BrokerConfig) -> String {
+    let port = config.listen.port();
+    let cluster = config.cluster.as_ref();
+    let host = match cluster.and_then(|c| c.advertised_host.clone()) {
+        Some(host) => host,
+        None if config.listen.ip().is_unspecified() => cluster
+            .and_then(|c| c.peers.iter().find(|p| p.node == c.node))
+            .map_or_else(|| config.listen.ip().to_string(), |p| p.addr.host.clone()),
+        None => config.listen.ip().to_string(),
+    };
+    crate::cluster::config::PeerAddr { host, port }.to_host_port()
+}
+
+/// Core `core`'s shard: on a cluster node its placement answers from the controller's
+/// topics ([`ClusterTable`]), else the one-node table.
+pub(crate) fn shard(
+    core: usize,
+    config: &Arc<BrokerConfig>,
+    mesh: Mesh,
+    view: &Arc<ClusterView>,
+) -> Shard {
+    match &config.cluster {
+        Some(cluster) => {
+            let table = ClusterTable::new(config, cluster.node, Arc::clone(view));
+            Shard::with_placement(core, Arc::clone(config), mesh, Box::new(table))
+        }
+        None => Shard::new(core, Arc::clone(config), mesh),
+    }
+}
+
+/// On core 0 of a node started with the cluster flags: joins the cluster (the transport
+/// listens, the controller opens), sends topic creations and deletions to the controller
+/// and makes on this node what it applies. `None` elsewhere.
+pub(crate) async fn start(shard: &Rc<Shard>) -> Result<Option<ClusterNode>, ServeError> {
+    let config = &shard.config;
+    let (Some(cluster), Some(view)) = (&config.cluster, shard.cluster_view()) else {
+        return Ok(None);
+    };
+    if shard.core != 0 {
+        return Ok(None);
+    }
+    let setup = NodeSetup {
+        cluster: cluster.clone(),
+        data_dir: config.data_dir.clone(),
+        client_addr: client_addr(config),
+        cores: u16::try_from(config.cores).unwrap_or(u16::MAX),
+        driver: DriverConfig::default(),
+    };
+    let mut node = ClusterNode::start(setup, Arc::clone(view))
+        .await
+        .map_err(|e| ServeError::Cluster(e.to_string()))?;
+    shard.set_topic_controller(Rc::new(topics::ControllerTopics {
+        proposer: node.proposer.clone(),
+        shard: Rc::downgrade(shard),
+    }));
+    if let Some(changes) = node.take_changes() {
+        glommio::spawn_local(topics::follow(Rc::clone(shard), Arc::clone(view), changes)).detach();
+    }
+    Ok(Some(node))
+}

@@ -1,0 +1,228 @@
+//! A cluster node's topics follow the controller: a client's create or delete (on any
+//! node) is proposed to the controller (`TopicController`), and every node makes what is
+//! applied: the topics the controller placed that it lacks (with the partitions the
+//! placement gives its cores), and the deletions.
+//!
+//! A topic's settings cross the controller as a string map of the native settings
+//! (`fsync`, `fsync.interval.ms`, `segment.bytes`, `retention.bytes`, `retention.ms`,
+//! `cleanup`, their wire values; 0 is each node's default). Its id is derived from its
+//! name and settings (SHA-256), the same on every node.
+
+use std::collections::BTreeMap;
+use std::rc::{Rc, Weak};
+use std::time::Instant;
+
+use futures_lite::future::BoxedLocal;
+use glommio::channels::local_channel::LocalReceiver;
+use sha2::{Digest, Sha256};
+use tracing::{info, warn};
+
+use crate::cluster::controller::state::{Command, CommandError};
+use crate::cluster::node::{PROPOSE_TIMEOUT, ProposeError, Proposer, TopicChange};
+use crate::cluster::status::{ClusterView, PlacedTopic};
+use crate::protocol::native::TopicSettings;
+use crate::shard::topics::TopicMeta;
+use crate::shard::{Shard, ShardError, TopicController};
+
+/// The node's controller core's way to the cluster's controller.
+pub(crate) struct ControllerTopics {
+    pub(crate) proposer: Proposer,
+    pub(crate) shard: Weak<Shard>,
+}
+
+impl TopicController for ControllerTopics {
+    fn create(&self, meta: TopicMeta, if_not_exists: bool) -> BoxedLocal<Result<(), ShardError>> {
+        let (proposer, shard) = (self.proposer.clone(), self.shard.clone());
+        Box::pin(async move {
+            let name = meta.name.clone();
+            let command = Command::CreateTopic {
+                name: name.clone(),
+                partitions: meta.partitions,
+                replication_factor: 1,
+                settings: settings_map(&meta.settings()),
+            };
+            match proposer.propose(command).await {
+                Ok(()) => {}
+                Err(ProposeError::Refused(CommandError::TopicExists { .. })) if if_not_exists => {}
+                Err(error) => return Err(failure(&name, error)),
+            }
+            // Answered once this node has made its part, so the client can use it here.
+            made_here(&shard, &name, true).await
+        })
+    }
+
+    fn delete(&self, name: String) -> BoxedLocal<Result<(), ShardError>> {
+        let (proposer, shard) = (self.proposer.clone(), self.shard.clone());
+        Box::pin(async move {
+            proposer
+                .propose(Command::DeleteTopic { name: name.clone() })
+                .await
+                .map_err(|error| failure(&name, error))?;
+            made_here(&shard, &name, false).await
+        })
+    }
+}
+
+fn failure(name: &str, error: ProposeError) -> ShardError {
+    match error {
+        ProposeError::Refused(CommandError::TopicExists { .. }) => ShardError::TopicExists {
+            topic: name.to_string(),
+        },
+        ProposeError::Refused(CommandError::UnknownTopic { .. }) => ShardError::UnknownTopic {
+            topic: name.to_string(),
+        },
+        ProposeError::Refused(refused) => ShardError::invalid_config(refused.to_string()),
+        other => ShardError::internal(format!("topic {name}: {other}")),
+    }
+}
+
+/// Waits until this node has the topic (`present`) or no longer has it.
+async fn made_here(shard: &Weak<Shard>, name: &str, present: bool) -> Result<(), ShardError> {
+    let deadline = Instant::now() + PROPOSE_TIMEOUT;
+    loop {
+        let Some(shard) = shard.upgrade() else {
+            return Err(ShardError::internal("the broker is stopping"));
+        };
+        if shard.topic(name).is_some() == present {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(ShardError::internal(format!(
+                "topic {name}: applied by the controller but not yet made on this node"
+            )));
+        }
+        drop(shard);
+        glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+/// Follows the controller's topics on this node until the driver stops.
+pub(crate) async fn follow(
+    shard: Rc<Shard>,
+    view: std::sync::Arc<ClusterView>,
+    changes: LocalReceiver<TopicChange>,
+) {
+    while let Some(change) = changes.recv().await {
+        match change {
+            TopicChange::Deleted(name) => {
+                if shard.topic(&name).is_some() {
+                    match shard.remove_topic(&name).await {
+                        Ok(()) => info!(topic = %name, "topic deleted by the controller"),
+                        Err(error) => {
+                            warn!(topic = %name, %error, "cannot delete a topic the controller deleted")
+                        }
+                    }
+                }
+            }
+            TopicChange::Changed => {
+                for (name, placed) in view.topics().iter() {
+                    if shard.topic(name).is_none() {
+                        make(&shard, name, placed).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn make(shard: &Rc<Shard>, name: &str, placed: &PlacedTopic) {
+    let settings = settings_of(&placed.settings, placed.owners.len());
+    let mut meta = match TopicMeta::from_settings(name, &settings, &shard.config.log) {
+        Ok(meta) => meta,
+        Err(error) => {
+            warn!(topic = %name, %error, "the controller's topic has settings this node refuses; not made here");
+            return;
+        }
+    };
+    meta.id = topic_id(name, &placed.settings, placed.owners.len());
+    let here = placed
+        .owners
+        .iter()
+        .filter(|(node, _)| node.0 == shard.here().node.0)
+        .count();
+    match shard.install_topic(meta, true).await {
+        Ok(()) => {
+            info!(topic = %name, partitions = placed.owners.len(), here, "topic made as the controller placed it")
+        }
+        Err(error) => warn!(topic = %name, %error, "cannot make a topic the controller created"),
+    }
+}
+
+const KEYS: [&str; 6] = [
+    "fsync",
+    "fsync.interval.ms",
+    "segment.bytes",
+    "retention.bytes",
+    "retention.ms",
+    "cleanup",
+];
+
+fn settings_map(s: &TopicSettings) -> BTreeMap<String, String> {
+    let values = [
+        u64::from(s.fsync),
+        u64::from(s.fsync_interval_ms),
+        s.segment_bytes,
+        s.retention_bytes,
+        s.retention_ms,
+        u64::from(s.cleanup),
+    ];
+    KEYS.iter()
+        .zip(values)
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn settings_of(map: &BTreeMap<String, String>, partitions: usize) -> TopicSettings {
+    let get = |key: &str| {
+        map.get(key)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    TopicSettings {
+        partitions: u32::try_from(partitions).unwrap_or(u32::MAX),
+        fsync: u8::try_from(get("fsync")).unwrap_or(0),
+        fsync_interval_ms: u32::try_from(get("fsync.interval.ms")).unwrap_or(0),
+        segment_bytes: get("segment.bytes"),
+        retention_bytes: get("retention.bytes"),
+        retention_ms: get("retention.ms"),
+        cleanup: u8::try_from(get("cleanup")).unwrap_or(0),
+    }
+}
+
+fn topic_id(name: &str, settings: &BTreeMap<String, String>, partitions: usize) -> u128 {
+    let mut hash = Sha256::new();
+    hash.update(b"pagurus cluster topic v1\0");
+    hash.update(name.as_bytes());
+    hash.update((partitions as u64).to_be_bytes());
+    for (k, v) in settings {
+        hash.update(k.as_bytes());
+        hash.update(b"=");
+        hash.update(v.as_bytes());
+        hash.update(b"\0");
+    }
+    let digest = hash.finalize();
+    let id = u128::from_be_bytes(digest[..16].try_into().expect("16 bytes"));
+    id.max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_cross_the_controller_unchanged() {
+        let settings = TopicSettings {
+            partitions: 12,
+            fsync: 3,
+            fsync_interval_ms: 50,
+            segment_bytes: 1 << 20,
+            retention_bytes: 7,
+            retention_ms: 9,
+            cleanup: 1,
+        };
+        assert_eq!(settings_of(&settings_map(&settings), 12), settings);
+        let map = settings_map(&settings);
+        assert_eq!(topic_id("t", &map, 12), topic_id("t", &map, 12));
+        assert_ne!(topic_id("t", &map, 12), topic_id("u", &map, 12));
+    }
+}
