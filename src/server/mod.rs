@@ -9,12 +9,14 @@
 //! - [`io`]: socket reads and writes shared by a connection's two tasks.
 //! - [`scrape`]: the `/metrics` endpoint.
 
+mod background;
 mod cluster;
 pub mod connection;
 pub mod handoff;
 pub mod hermit;
 pub mod io;
 pub mod kafka;
+mod listeners;
 pub mod native;
 pub mod read_buf;
 pub mod scrape;
@@ -37,7 +39,10 @@ use tracing::{error, info, warn};
 
 use crate::config::BrokerConfig;
 use crate::security::runtime::Security;
-use crate::server::connection::ConnectionSlot;
+use crate::server::background::{background_retention, background_sync};
+use crate::server::listeners::{
+    accept_loop, bind, check_listener_ports, open_security, reload_tls, spawn_connection,
+};
 use crate::server::session::Accepted;
 use crate::shard::mesh::{Envelope, MESH_CHANNEL_CAPACITY, Mesh};
 use crate::shard::{Shard, topics};
@@ -231,66 +236,6 @@ fn bind_metrics(config: &BrokerConfig) -> Result<Option<std::net::TcpListener>, 
     })?;
     info!(addr = %listener.local_addr().unwrap_or(addr), "metrics listening");
     Ok(Some(listener))
-}
-
-/// Refuses listeners whose ports overlap: each listener takes its port and, with shard
-/// ports on, the next one per core; two listeners on one port would both bind it
-/// (SO_REUSEPORT) and share its connections.
-fn check_listener_ports(config: &BrokerConfig) -> Result<(), ServeError> {
-    let listeners = config.security.listeners(config.listen);
-    let span = if config.shard_ports {
-        config.cores as u32
-    } else {
-        0
-    };
-    for (i, a) in listeners.iter().enumerate() {
-        let a_end = u32::from(a.addr.port()) + span;
-        if a.addr.port() != 0 && a_end > u32::from(u16::MAX) {
-            return Err(ServeError::Config(format!(
-                "listener {} ({}): its shard ports (port + 1 + core, for {} cores) go past 65535",
-                a.name, a.addr, config.cores
-            )));
-        }
-        for b in &listeners[..i] {
-            let b_end = u32::from(b.addr.port()) + span;
-            let overlap = u32::from(a.addr.port()) <= b_end && u32::from(b.addr.port()) <= a_end;
-            if a.addr.port() != 0 && b.addr.port() != 0 && overlap {
-                return Err(ServeError::Config(format!(
-                    "listeners {} ({}) and {} ({}) overlap: each takes its port and, with shard ports, port + 1 + core for each of {} cores; move one, or turn the shard ports off with --no-shard-ports",
-                    b.name, b.addr, a.name, a.addr, config.cores
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Loads the TLS files, the users and the ACLs (refused at start with the path and the
-/// reason), and says how each listener is secured.
-fn open_security(config: &BrokerConfig) -> Result<Arc<Security>, ServeError> {
-    let security = Security::open(&config.security, &config.data_dir)
-        .map_err(|e| ServeError::Config(e.to_string()))?;
-    for listener in config.security.listeners(config.listen) {
-        info!(name = listener.name, security = %listener.security, addr = %listener.addr, "listener");
-    }
-    if config.security.tls.is_some() {
-        match security.ktls() {
-            crate::security::tls::ktls::KtlsSupport::Available => info!(
-                "TLS is encrypted in user space (rustls); the kernel offers kTLS, which pagurus does not use yet"
-            ),
-            crate::security::tls::ktls::KtlsSupport::Unavailable { reason } => info!(
-                %reason,
-                "TLS is encrypted in user space (rustls): fetches over TLS read file ranges into memory instead of sendfile"
-            ),
-        }
-    }
-    if security.authorizes() {
-        info!(
-            super_users = ?config.security.super_users,
-            "ACL authorizer on: what no ACL allows is refused"
-        );
-    }
-    Ok(Arc::new(security))
 }
 
 fn lock_data_dir(config: &BrokerConfig) -> Result<nix::fcntl::Flock<File>, ServeError> {
@@ -564,162 +509,4 @@ async fn serve_core(
         cluster.stop().await;
     }
     Ok(())
-}
-
-/// Reads the TLS files again: new connections handshake with them, open ones keep theirs.
-/// A file that does not load leaves the old configuration in place.
-fn reload_tls(security: &Security) {
-    if security.config().tls.is_none() {
-        info!("SIGHUP: no TLS files to reload");
-        return;
-    }
-    match security.reload_tls() {
-        Ok(()) => info!("SIGHUP: TLS files reloaded; new connections use them"),
-        Err(error) => {
-            error!(%error, "SIGHUP: TLS files not reloaded; the previous ones stay in use")
-        }
-    }
-}
-
-fn bind(addr: std::net::SocketAddr) -> Result<TcpListener, ServeError> {
-    TcpListener::bind(addr).map_err(|e| ServeError::Listen {
-        addr: addr.to_string(),
-        source: e.into(),
-    })
-}
-
-/// The next connection on `listener`, or `None` once the broker stops. A failed accept (out
-/// of descriptors, say) is logged and retried after a short pause.
-pub(crate) async fn accept_or_stop(
-    shard: &Shard,
-    listener: &glommio::net::TcpListener,
-    listener_name: &str,
-) -> Option<glommio::net::TcpStream> {
-    loop {
-        let accepted = async { Some(listener.accept().await) }
-            .or(async {
-                shard.shutdown.wait().await;
-                None
-            })
-            .await;
-        match accepted {
-            None => return None,
-            Some(Ok(stream)) => return Some(stream),
-            Some(Err(error)) => {
-                warn!(%error, listener = listener_name, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
-            }
-        }
-    }
-}
-
-async fn accept_loop(
-    shard: Rc<Shard>,
-    listener: TcpListener,
-    how: Accepted,
-    connections: Arc<AtomicUsize>,
-    tasks: Rc<std::cell::Cell<usize>>,
-) {
-    loop {
-        let Some(stream) = accept_or_stop(&shard, &listener, "broker").await else {
-            return;
-        };
-        let Some(slot) = ConnectionSlot::try_take(&connections, shard.config.connections_max)
-        else {
-            crate::metrics::counters::Metrics::inc(&shard.metrics.connections_refused);
-            warn!(
-                limit = shard.config.connections_max,
-                "connection limit reached; connection refused"
-            );
-            drop(stream);
-            continue;
-        };
-        crate::metrics::counters::Metrics::inc(&shard.metrics.connections_accepted);
-        spawn_connection(
-            &shard,
-            &tasks,
-            connection::serve(Rc::clone(&shard), stream, slot, how.clone()),
-        );
-    }
-}
-
-/// Runs a connection in a task of its own, counted in the open connections and in the
-/// tasks a stopping core waits for.
-fn spawn_connection(
-    shard: &Rc<Shard>,
-    tasks: &Rc<std::cell::Cell<usize>>,
-    serve: impl Future<Output = ()> + 'static,
-) {
-    crate::metrics::counters::Metrics::inc(&shard.metrics.connections_open);
-    tasks.set(tasks.get() + 1);
-    let (shard, tasks) = (Rc::clone(shard), Rc::clone(tasks));
-    glommio::spawn_local(async move {
-        serve.await;
-        crate::metrics::counters::Metrics::dec(&shard.metrics.connections_open);
-        tasks.set(tasks.get() - 1);
-    })
-    .detach();
-}
-
-/// How often each core applies retention and age-based rolls.
-const RETENTION_EVERY: Duration = Duration::from_secs(1);
-
-/// Applies retention to the partitions this core owns, in a low-share task queue so it
-/// never competes with produce and fetch for the core.
-async fn background_retention(shard: Rc<Shard>) {
-    let queue = glommio::executor().create_task_queue(
-        glommio::Shares::Static(50),
-        glommio::Latency::NotImportant,
-        "retention",
-    );
-    let task = glommio::spawn_local_into(
-        async move {
-            while !shard.shutdown.is_requested() {
-                glommio::timer::sleep(RETENTION_EVERY).await;
-                for (meta, partition, log) in shard.local_partitions() {
-                    log.roll_if_aged(meta.log_config(&shard.config.log).segment_age)
-                        .await;
-                    let retention = meta.retention();
-                    if retention == crate::storage::Retention::default()
-                        && !log.has_segment_below_start()
-                    {
-                        continue;
-                    }
-                    match log.enforce_retention(&retention).await {
-                        Ok(outcome) if outcome.segments_deleted > 0 => {
-                            crate::metrics::counters::Metrics::add(
-                                &shard.metrics.retention_bytes_deleted,
-                                outcome.bytes_deleted,
-                            );
-                            info!(topic = %meta.name, partition, deleted = outcome.segments_deleted, bytes = outcome.bytes_deleted, log_start = outcome.log_start_offset, "retention applied");
-                        }
-                        Ok(_) => {}
-                        Err(error) => {
-                            warn!(topic = %meta.name, partition, %error, "retention failed")
-                        }
-                    }
-                }
-            }
-        },
-        queue,
-    );
-    if let Ok(task) = task {
-        task.await;
-    }
-}
-
-/// Under `fsync = interval(ms)`, makes written data durable at least every interval.
-async fn background_sync(shard: Rc<Shard>) {
-    let every = Duration::from_millis(10);
-    while !shard.shutdown.is_requested() {
-        glommio::timer::sleep(every).await;
-        for log in shard.local_logs().into_iter().chain(shard.offsets.logs()) {
-            if let crate::storage::FsyncPolicy::Interval(interval) = log.config().fsync
-                && log.sync_due(interval)
-                && let Err(error) = log.sync().await
-            {
-                warn!(dir = %log.dir().display(), %error, "interval sync failed");
-            }
-        }
-    }
 }

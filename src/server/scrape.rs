@@ -73,7 +73,9 @@ pub async fn serve_metrics(shard: Rc<Shard>, listener: TcpListener) {
     debug!(addr = ?listener.local_addr().ok(), "metrics endpoint serving /metrics");
     let in_flight = Rc::new(Cell::new(0usize));
     loop {
-        let Some(stream) = crate::server::accept_or_stop(&shard, &listener, "metrics").await else {
+        let Some(stream) =
+            crate::server::listeners::accept_or_stop(&shard, &listener, "metrics").await
+        else {
             return;
         };
         if in_flight.get() >= SCRAPES_IN_FLIGHT_MAX {
