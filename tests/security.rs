@@ -27,6 +27,7 @@ struct Secured {
     sasl_ssl: SocketAddr,
     ssl: SocketAddr,
     sasl_plain: SocketAddr,
+    metrics: SocketAddr,
 }
 
 fn start() -> Secured {
@@ -62,6 +63,8 @@ fn start() -> Secured {
     for listener in &listeners {
         args.extend(["--listener", listener]);
     }
+    let metrics = SocketAddr::from(([127, 0, 0, 1], free_ports(0)));
+    let metrics_arg = metrics.to_string();
     args.extend([
         "--tls-cert",
         &cert,
@@ -69,6 +72,8 @@ fn start() -> Secured {
         &key,
         "--tls-client-ca",
         &ca,
+        "--metrics-listen",
+        &metrics_arg,
     ]);
     let broker = Broker::start_in(&data, cores, &args);
     Secured {
@@ -78,7 +83,17 @@ fn start() -> Secured {
         sasl_ssl,
         ssl,
         sasl_plain,
+        metrics,
     }
+}
+
+/// The broker's /metrics page.
+fn scrape(addr: SocketAddr) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: pagurus\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    String::from_utf8_lossy(&read_to_close(&mut stream)).into_owned()
 }
 
 impl Secured {
@@ -434,8 +449,14 @@ fn passwords_are_never_stored_or_logged() {
     assert!(searched > 2, "the data directory was searched");
     let log = s.broker.log_text();
     assert!(log.contains("SASL login failed"), "the logins ran: {log}");
+    let metrics = scrape(s.metrics);
+    assert!(
+        metrics.contains("pagurus_auth_logins_failed_total"),
+        "{metrics}"
+    );
     for password in [PASSWORD, WRONG_PASSWORD] {
         assert!(!log.contains(password), "the log holds a password");
+        assert!(!metrics.contains(password), "the metrics hold a password");
     }
 }
 
