@@ -614,20 +614,7 @@ fn unauthenticated_and_half_authenticated_clients_are_cut_off() {
     use kafka_protocol::protocol::Encodable;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let mut users = std::process::Command::new(env!("CARGO_BIN_EXE_pagurus"))
-        .args(["users", "create", "alice", "--password-stdin", "--data-dir"])
-        .arg(&data)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    users
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"right-password\n")
-        .unwrap();
-    assert!(users.wait().unwrap().success());
+    common::security::create_user(&data, "alice", "right-password");
     let sasl = SocketAddr::from(([127, 0, 0, 1], common::free_ports(3)));
     let listener = format!("SP=SASL_PLAINTEXT://{sasl}");
     let mut broker = Broker::start_in(

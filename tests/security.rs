@@ -36,15 +36,7 @@ fn start() -> Secured {
     let pki = Pki::new(&dir.path().join("pki"));
     pki.client("alice", "alice");
     let data = dir.path().join("data");
-    let mut users = Command::new(env!("CARGO_BIN_EXE_pagurus"))
-        .args(["users", "create", "alice", "--password-stdin", "--data-dir"])
-        .arg(&data)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    writeln!(users.stdin.take().unwrap(), "{PASSWORD}").unwrap();
-    assert!(users.wait().unwrap().success());
+    common::security::create_user(&data, "alice", PASSWORD);
     // Each listener takes its port and one shard port per core.
     let base = free_ports(3 * (cores as u16 + 1));
     let at = |i: u16| SocketAddr::from(([127, 0, 0, 1], base + i * (cores as u16 + 1)));

@@ -8,30 +8,18 @@ mod common;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
 
 use common::hermit::{V1Producer, load_batch};
+use common::security::{create_user, kcat_scram, pagurus_ok};
 use common::{Broker, free_ports, have};
+
+fn kcat(sasl: SocketAddr, args: &[&str], stdin: &[u8]) -> std::process::Output {
+    kcat_scram(sasl, "alice", PASSWORD, args, stdin)
+}
 use pagurus::client::ClientError;
 use pagurus::protocol::native::{ErrorCode, TopicSettings};
 
 const PASSWORD: &str = "alice-Secret-4711";
-
-fn pagurus(args: &[&str], stdin: &str) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "pagurus {args:?}");
-}
 
 fn acl(data: &Path, principal: &str, operation: &str, resource: &[&str]) {
     let data = data.display().to_string();
@@ -46,24 +34,13 @@ fn acl(data: &Path, principal: &str, operation: &str, resource: &[&str]) {
         operation,
     ];
     args.extend(resource);
-    pagurus(&args, "");
+    pagurus_ok(&args, "");
 }
 
 fn start() -> (tempfile::TempDir, Broker, SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let data_arg = data.display().to_string();
-    pagurus(
-        &[
-            "users",
-            "create",
-            "alice",
-            "--password-stdin",
-            "--data-dir",
-            &data_arg,
-        ],
-        &format!("{PASSWORD}\n"),
-    );
+    create_user(&data, "alice", PASSWORD);
     acl(&data, "User:alice", "Write", &["--topic", "orders"]);
     acl(&data, "User:alice", "Read", &["--topic", "orders"]);
     acl(&data, "User:alice", "Read", &["--group", "billing"]);
@@ -91,28 +68,6 @@ fn start() -> (tempfile::TempDir, Broker, SocketAddr) {
         broker.client().create_topic(topic, settings).unwrap();
     }
     (dir, broker, sasl)
-}
-
-fn kcat(sasl: SocketAddr, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new("timeout")
-        .args(["30", "kcat", "-b", &sasl.to_string()])
-        .args(args)
-        .args(["-X", "security.protocol=SASL_PLAINTEXT"])
-        .args([
-            "-X",
-            "sasl.mechanisms=SCRAM-SHA-512",
-            "-X",
-            "sasl.username=alice",
-        ])
-        .arg("-X")
-        .arg(format!("sasl.password={PASSWORD}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
 }
 
 #[test]

@@ -9,11 +9,11 @@
 
 mod common;
 
-use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 
 use common::kafka::Conn;
+use common::security::{create_user, kcat_scram};
 use common::{Broker, free_ports, have, have_python};
 use kafka_protocol::messages::create_acls_request::AclCreation;
 use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
@@ -26,36 +26,12 @@ use serde_json::{Value, json};
 
 const ALICE_PASSWORD: &str = "alice-Secret-4711";
 
-fn pagurus(args: &[&str], stdin: &str) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).unwrap();
-    drop(input);
-    assert!(child.wait().unwrap().success(), "pagurus {args:?}");
-}
-
 /// A broker with alice (made offline, no ACLs), the super user User:ANONYMOUS on PLAINTEXT,
 /// a SASL_PLAINTEXT listener, and the topic `orders`.
 fn start() -> (tempfile::TempDir, Broker, SocketAddr) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let data_arg = data.display().to_string();
-    pagurus(
-        &[
-            "users",
-            "create",
-            "alice",
-            "--password-stdin",
-            "--data-dir",
-            &data_arg,
-        ],
-        &format!("{ALICE_PASSWORD}\n"),
-    );
+    create_user(&data, "alice", ALICE_PASSWORD);
     let sasl = SocketAddr::from(([127, 0, 0, 1], free_ports(3)));
     let listener = format!("SP=SASL_PLAINTEXT://{sasl}");
     let broker = Broker::start_in(
@@ -102,28 +78,9 @@ fn admin(addr: SocketAddr, login: Option<(&str, &str)>, phase: &[&str]) -> Value
         .unwrap_or_else(|e| panic!("acl_admin.py printed no JSON ({e}): {stdout}"))
 }
 
-fn kcat(sasl: SocketAddr, user: &str, password: &str, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new("timeout")
-        .args(["30", "kcat", "-b", &sasl.to_string()])
-        .args(args)
-        .args(["-X", "security.protocol=SASL_PLAINTEXT"])
-        .args(["-X", "sasl.mechanisms=SCRAM-SHA-512"])
-        .arg("-X")
-        .arg(format!("sasl.username={user}"))
-        .arg("-X")
-        .arg(format!("sasl.password={password}"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    child.wait_with_output().unwrap()
-}
-
 /// True when alice's kcat producer got its record to `orders` acknowledged.
 fn alice_produces(sasl: SocketAddr, value: &str) -> bool {
-    let out = kcat(
+    let out = kcat_scram(
         sasl,
         "alice",
         ALICE_PASSWORD,
@@ -190,9 +147,9 @@ fn scram_users_made_online_log_in_and_may_not_change_acls() {
         2,
         "{made}"
     );
-    let listed = kcat(sasl, "bob", "bob-Pass-99", &["-L"], b"");
+    let listed = kcat_scram(sasl, "bob", "bob-Pass-99", &["-L"], b"");
     assert!(listed.status.success(), "{listed:?}");
-    let wrong = kcat(sasl, "bob", "bob-Pass-98", &["-L"], b"");
+    let wrong = kcat_scram(sasl, "bob", "bob-Pass-98", &["-L"], b"");
     assert!(!wrong.status.success(), "{wrong:?}");
     // Neither the password nor anything but StoredKey and ServerKey is kept.
     let users = std::fs::read_to_string(broker.data_dir.join("security/users")).unwrap();

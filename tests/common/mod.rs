@@ -16,6 +16,7 @@ pub mod ledger;
 pub mod pki;
 pub mod powerfs;
 pub mod raw;
+pub mod security;
 pub mod small_fs;
 
 /// True if `program args` runs (a probe such as `--version`). A missing Kafka client fails
