@@ -362,7 +362,14 @@ fn offsets_survive_compaction_of_their_log_across_restarts() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(broker.log_text().contains("__offsets"));
+    // The pass logs its line after it replaced the files: wait for it too.
+    while !broker.log_text().contains("__offsets") {
+        assert!(
+            Instant::now() < deadline,
+            "the offsets compaction logged nothing"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     check(&mut client);
 
     broker.kill();
