@@ -237,16 +237,21 @@ fn retention_deletes_old_segments_and_reads_skip_forward() {
             .unwrap();
     }
     // Retention runs every second on the owner core. A pass may have run while the
-    // batches were still being produced (a slow disk), so wait for one after the last.
+    // batches were still being produced or segments still being sealed (a slow disk), so
+    // the next pass may delete more: wait until the log start holds still for longer
+    // than two passes.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut last = (u64::MAX, std::time::Instant::now());
     let earliest = loop {
         let earliest = client.list_offsets("r", 0, OffsetSpec::Earliest).unwrap();
-        if earliest >= 80 {
+        if earliest != last.0 {
+            last = (earliest, std::time::Instant::now());
+        } else if earliest >= 80 && last.1.elapsed() > Duration::from_millis(2500) {
             break earliest;
         }
         assert!(
             std::time::Instant::now() < deadline,
-            "retention never settled"
+            "retention never settled (log start {earliest})"
         );
         std::thread::sleep(Duration::from_millis(100));
     };
