@@ -7,7 +7,9 @@
 //!
 //! A table follows a marker line `<!-- flags: SUBCOMMAND -->` in docs/*.md; its rows are
 //! `| --flag | ENV | default | meaning |` (backquotes allowed, `—` for none). Flags every
-//! subcommand takes (`--log-level`, ...) are in the `global` table only.
+//! subcommand takes (`--log-level`, ...) are in the `global` table only, and the connection
+//! flags every client subcommand shares (`--broker`, `--user`, `--tls-ca`, ...) in the
+//! `connection` table only.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -197,6 +199,9 @@ fn docs_flag_tables_match_help() {
     let global = help_flags(&help(&[]));
     assert!(global.contains_key("--log-level") && global.contains_key("--log-format"));
     let mut problems = compare("global", &global, &doc_table("global"));
+    let connection = doc_table("connection");
+    assert!(connection.contains_key("--broker") && connection.contains_key("--tls-ca"));
+    let mut connection_seen = std::collections::BTreeSet::new();
     let all = subcommands(&[]);
     assert!(all.len() >= 10, "subcommands found: {all:?}");
     for args in &all {
@@ -206,6 +211,18 @@ fn docs_flag_tables_match_help() {
         assert!(!flags.is_empty(), "no flags parsed for {name}");
         for (flag, spec) in &global {
             assert_eq!(flags.remove(flag).as_ref(), Some(spec), "{name}: {flag}");
+        }
+        // A client subcommand (one with --broker) has every connection flag.
+        if flags.contains_key("--broker") {
+            for (flag, spec) in &connection {
+                match flags.remove(flag) {
+                    Some(got) if got == *spec => {}
+                    got => problems.push(format!(
+                        "`{name}`: connection flag {flag} is {got:?}, documented as {spec:?}"
+                    )),
+                }
+                connection_seen.insert(flag.clone());
+            }
         }
         if flags.is_empty() {
             // Only the global flags: a sentence says so; an empty table reads as missing.
@@ -219,6 +236,11 @@ fn docs_flag_tables_match_help() {
             continue;
         }
         problems.extend(compare(&name, &flags, &doc_table(&name)));
+    }
+    for flag in connection.keys().filter(|f| !connection_seen.contains(*f)) {
+        problems.push(format!(
+            "`connection`: {flag} is documented but no subcommand has it"
+        ));
     }
     assert!(
         problems.is_empty(),

@@ -145,6 +145,7 @@ fn a_consumer_that_stops_reading_does_not_stall_its_core() {
     let mut buf = vec![0u8; 1 << 20];
     let stream = stuck.stream();
     stream
+        .tcp()
         .set_read_timeout(Some(Duration::from_secs(30)))
         .unwrap();
     let expected = 48 * ((1 << 20) + 29);

@@ -286,6 +286,13 @@ pub fn run(mut args: BenchArgs) -> Result<(), String> {
     if args.batch == 0 || args.in_flight == 0 {
         return Err("--batch and --in-flight must be at least 1".into());
     }
+    if args.target.security.any() {
+        // Its load connections are plain and anonymous: a login or TLS on one admin
+        // connection would measure nothing of them.
+        return Err(
+            "bench connects without TLS or a login: run it against a PLAINTEXT listener".into(),
+        );
+    }
     if args.protocol == Protocol::Kafka && args.client == ClientKind::Blocking {
         return Err("--protocol kafka runs on the glommio client (--client glommio)".into());
     }

@@ -3,6 +3,7 @@
 //! `PAGURUS_BROKER`, or from the client configuration file ([`profile`]).
 
 mod acls;
+mod client_security;
 mod cluster;
 mod consume;
 mod consume_group;
@@ -24,6 +25,7 @@ use clap::{ArgMatches, CommandFactory, FromArgMatches, Parser, Subcommand};
 use crate::client::ClientError;
 use crate::client::blocking::Client;
 use crate::protocol::native::ErrorCode;
+use crate::security::scram::Mechanism;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -177,6 +179,30 @@ fn apply_config_file(command: &mut Command, matches: &ArgMatches) -> Result<(), 
     {
         reconnect.reconnect_ms = ms;
     }
+    let given = |id: &str| value_source(matches, id).is_some();
+    let security = &mut target.security;
+    if let Some(mechanism) = file
+        .sasl_mechanism
+        .filter(|_| from_default("sasl_mechanism"))
+    {
+        if Mechanism::from_name(&mechanism).is_none() {
+            return Err(format!(
+                "the configuration file's sasl-mechanism {mechanism:?} is not SCRAM-SHA-256 or SCRAM-SHA-512"
+            ));
+        }
+        security.sasl_mechanism = mechanism;
+    }
+    // A login or TLS set on the command line (or by a variable) is taken whole, not
+    // mixed with the file's: a --user with the file's password file would be a surprise.
+    if !given("user") && !given("password_file") {
+        security.user = file.user;
+        security.password_file = file.password_file;
+    }
+    if !given("tls_ca") && !given("tls_cert") && !given("tls_key") {
+        security.tls_ca = file.tls_ca;
+        security.tls_cert = file.tls_cert;
+        security.tls_key = file.tls_key;
+    }
     Ok(())
 }
 
@@ -299,6 +325,8 @@ pub struct BrokerArgs {
     /// ($PAGURUS_CONFIG or ~/.config/pagurus/config.toml) instead of its top level.
     #[arg(long, global = true, env = "PAGURUS_PROFILE", value_name = "NAME")]
     pub profile: Option<String>,
+    #[command(flatten)]
+    pub security: client_security::ClientSecurityArgs,
 }
 
 impl BrokerArgs {
@@ -311,9 +339,16 @@ impl BrokerArgs {
         with_default_port(&self.broker)
     }
 
-    /// Connects; reads then wait up to `timeout + extra` (a fetch's long poll).
+    /// Connects (over TLS and logged in, as the flags ask); reads then wait up to
+    /// `timeout + extra` (a fetch's long poll).
     pub fn connect(&self, extra: Duration) -> Result<Client, String> {
-        connect(&self.address(), self.timeout(), self.timeout() + extra)
+        let options = self.security.options()?;
+        connect(
+            &self.address(),
+            &options,
+            self.timeout(),
+            self.timeout() + extra,
+        )
     }
 }
 
@@ -336,8 +371,13 @@ fn with_default_port(broker: &str) -> String {
 
 /// Connects to the broker within `timeout`; answers may then take `read_timeout`. The
 /// error names the address.
-fn connect(broker: &str, timeout: Duration, read_timeout: Duration) -> Result<Client, String> {
-    let client = Client::connect_timeout(broker, timeout).map_err(|e| {
+fn connect(
+    broker: &str,
+    options: &crate::client::secure::ConnectOptions,
+    timeout: Duration,
+    read_timeout: Duration,
+) -> Result<Client, String> {
+    let client = Client::connect_with(broker, timeout, options).map_err(|e| {
         let why = match &e {
             ClientError::Io(io)
                 if matches!(

@@ -1,5 +1,6 @@
-//! The client configuration file: defaults for `--broker`, `--timeout-ms` and
-//! `--reconnect-ms` of the client subcommands, so a user does not repeat them.
+//! The client configuration file: defaults for the client subcommands' connection flags
+//! (`--broker`, `--timeout-ms`, `--reconnect-ms`, the login and TLS flags), so a user does
+//! not repeat them.
 //!
 //! ```toml
 //! broker = "mq1.internal:9092"
@@ -29,6 +30,12 @@ pub struct Settings {
     pub broker: Option<String>,
     pub timeout_ms: Option<u64>,
     pub reconnect_ms: Option<u64>,
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub sasl_mechanism: Option<String>,
+    pub tls_ca: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -38,6 +45,12 @@ struct File {
     broker: Option<String>,
     timeout_ms: Option<u64>,
     reconnect_ms: Option<u64>,
+    user: Option<String>,
+    password_file: Option<PathBuf>,
+    sasl_mechanism: Option<String>,
+    tls_ca: Option<PathBuf>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
     #[serde(default)]
     profile: BTreeMap<String, Settings>,
 }
@@ -100,6 +113,12 @@ fn parse(text: &str, profile: Option<&str>) -> Result<Settings, String> {
         broker: file.broker,
         timeout_ms: file.timeout_ms,
         reconnect_ms: file.reconnect_ms,
+        user: file.user,
+        password_file: file.password_file,
+        sasl_mechanism: file.sasl_mechanism,
+        tls_ca: file.tls_ca,
+        tls_cert: file.tls_cert,
+        tls_key: file.tls_key,
     };
     let Some(name) = profile else {
         return Ok(top);
@@ -115,10 +134,30 @@ fn parse(text: &str, profile: Option<&str>) -> Result<Settings, String> {
             }
         ));
     };
+    let chosen = chosen.clone();
+    // The login and the TLS files go in groups: a profile that names a user takes its
+    // password file from itself too, never another user's from the top level.
+    let (user, password_file) = if chosen.user.is_some() || chosen.password_file.is_some() {
+        (chosen.user, chosen.password_file)
+    } else {
+        (top.user, top.password_file)
+    };
+    let (tls_ca, tls_cert, tls_key) =
+        if chosen.tls_ca.is_some() || chosen.tls_cert.is_some() || chosen.tls_key.is_some() {
+            (chosen.tls_ca, chosen.tls_cert, chosen.tls_key)
+        } else {
+            (top.tls_ca, top.tls_cert, top.tls_key)
+        };
     Ok(Settings {
-        broker: chosen.broker.clone().or(top.broker),
+        broker: chosen.broker.or(top.broker),
         timeout_ms: chosen.timeout_ms.or(top.timeout_ms),
         reconnect_ms: chosen.reconnect_ms.or(top.reconnect_ms),
+        user,
+        password_file,
+        sasl_mechanism: chosen.sasl_mechanism.or(top.sasl_mechanism),
+        tls_ca,
+        tls_cert,
+        tls_key,
     })
 }
 
@@ -130,9 +169,14 @@ mod tests {
 broker = "mq1:9092"
 timeout-ms = 5000
 
+user = "alice"
+password-file = "/etc/pagurus/alice.pw"
+tls-ca = "/etc/pagurus/ca.pem"
+
 [profile.staging]
 broker = "mq-staging"
 reconnect-ms = 0
+user = "ops"
 "#;
 
     #[test]
@@ -142,7 +186,11 @@ reconnect-ms = 0
             Settings {
                 broker: Some("mq1:9092".into()),
                 timeout_ms: Some(5000),
-                reconnect_ms: None
+                reconnect_ms: None,
+                user: Some("alice".into()),
+                password_file: Some("/etc/pagurus/alice.pw".into()),
+                tls_ca: Some("/etc/pagurus/ca.pem".into()),
+                ..Settings::default()
             }
         );
         assert_eq!(
@@ -150,7 +198,11 @@ reconnect-ms = 0
             Settings {
                 broker: Some("mq-staging".into()),
                 timeout_ms: Some(5000),
-                reconnect_ms: Some(0)
+                reconnect_ms: Some(0),
+                user: Some("ops".into()),
+                password_file: None,
+                tls_ca: Some("/etc/pagurus/ca.pem".into()),
+                ..Settings::default()
             }
         );
         let e = parse(FILE, Some("prod")).unwrap_err();

@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::client::ClientError;
 use crate::client::consume::FetchedBatches;
 use crate::client::produce::ProduceFrame;
+use crate::client::secure::{ConnectOptions, Login, Transport, host_of};
 use crate::client::session::{self, Reply, Session, check_broker_preface};
 use crate::limits::Limits;
 use crate::protocol::native::{
@@ -52,8 +53,25 @@ impl Fetched {
     }
 }
 
+/// A TCP connection to the first address of `addr` that accepts within `timeout`.
+fn connect_tcp(addr: impl ToSocketAddrs, timeout: Duration) -> Result<TcpStream, ClientError> {
+    let mut last_error = None;
+    for addr in addr.to_socket_addrs()? {
+        match TcpStream::connect_timeout(&addr, timeout) {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(ClientError::Io(last_error.unwrap_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the address resolved to nothing",
+        )
+    })))
+}
+
 pub struct Client {
-    stream: TcpStream,
+    stream: Transport,
     session: Session<()>,
     out: Vec<u8>,
     /// The last response frame received (length prefix included) is `frame[..frame_len]`.
@@ -67,7 +85,7 @@ impl Client {
     /// loopback); tools use [`Client::connect_timeout`].
     pub fn connect(addr: impl ToSocketAddrs) -> Result<Client, ClientError> {
         let stream = TcpStream::connect(addr)?;
-        Client::greet(stream, None)
+        Client::greet(Transport::Plain(stream), None)
     }
 
     /// Connects to the first address of `addr` that accepts within `timeout`, and waits at
@@ -79,26 +97,33 @@ impl Client {
         addr: impl ToSocketAddrs,
         timeout: Duration,
     ) -> Result<Client, ClientError> {
-        let mut last_error = None;
-        for addr in addr.to_socket_addrs()? {
-            match TcpStream::connect_timeout(&addr, timeout) {
-                Ok(stream) => return Client::greet(stream, Some(timeout)),
-                Err(e) => last_error = Some(e),
-            }
+        let stream = connect_tcp(addr, timeout)?;
+        Client::greet(Transport::Plain(stream), Some(timeout))
+    }
+
+    /// As [`Client::connect_timeout`] to `addr` (`host:port`), over TLS and logged in as
+    /// `options` asks. A refused login is [`ErrorCode::AuthenticationFailed`] (the broker
+    /// then closes the connection).
+    pub fn connect_with(
+        addr: &str,
+        timeout: Duration,
+        options: &ConnectOptions,
+    ) -> Result<Client, ClientError> {
+        let tcp = connect_tcp(addr, timeout)?;
+        let transport = Transport::open(tcp, host_of(addr), options)?;
+        let mut client = Client::greet(transport, Some(timeout))?;
+        if let Some(login) = &options.login {
+            client.login(login)?;
         }
-        Err(ClientError::Io(last_error.unwrap_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "the address resolved to nothing",
-            )
-        })))
+        Ok(client)
     }
 
     /// Exchanges prefaces on a new connection; `timeout` bounds every read and write.
-    fn greet(stream: TcpStream, timeout: Option<Duration>) -> Result<Client, ClientError> {
-        stream.set_nodelay(true)?;
-        stream.set_read_timeout(timeout)?;
-        stream.set_write_timeout(timeout)?;
+    fn greet(stream: Transport, timeout: Option<Duration>) -> Result<Client, ClientError> {
+        let tcp = stream.tcp();
+        tcp.set_nodelay(true)?;
+        tcp.set_read_timeout(timeout)?;
+        tcp.set_write_timeout(timeout)?;
         let mut client = Client {
             stream,
             session: Session::default(),
@@ -111,6 +136,7 @@ impl Client {
             },
         };
         client.stream.write_all(&native::preface(native::VERSION))?;
+        client.stream.flush()?;
         let mut preface = [0u8; native::PREFACE_LEN];
         match client.stream.read_exact(&mut preface) {
             Ok(()) => {}
@@ -126,14 +152,14 @@ impl Client {
             }
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 return Err(ClientError::Protocol(String::from(
-                    "the server closed the connection instead of greeting: not a pagurus broker?",
+                    "the server closed the connection instead of greeting: not a pagurus broker, or a TLS listener reached without TLS?",
                 )));
             }
             Err(e) => return Err(e.into()),
         }
         if preface[..4] != native::PREFACE_MAGIC {
             return Err(ClientError::Protocol(format!(
-                "the server answered {:?}, not a pagurus greeting: not a pagurus broker?",
+                "the server answered {:?}, not a pagurus greeting: not a pagurus broker, or a TLS listener reached without TLS?",
                 String::from_utf8_lossy(&preface)
             )));
         }
@@ -141,14 +167,43 @@ impl Client {
         Ok(client)
     }
 
+    /// Logs in as `login` (SCRAM, two round trips); the broker proves it holds the user's
+    /// credential too. Returns the login's lifetime in ms (0: it does not expire), after
+    /// which the broker closes the connection at the next request.
+    pub fn login(&mut self, login: &Login) -> Result<u64, ClientError> {
+        use crate::security::scram::{client::ScramClient, new_nonce};
+        let scram = |e: crate::security::scram::ScramError| {
+            ClientError::Invalid(format!("login as {}: {e}", login.user))
+        };
+        let mechanism = login.mechanism.name().as_bytes();
+        let nonce = new_nonce().map_err(scram)?;
+        let (client, first) =
+            ScramClient::start(login.mechanism, &login.user, &login.password, &nonce)
+                .map_err(scram)?;
+        let answer = self.authenticate(mechanism, first.as_bytes())?;
+        let (client, last) = client.server_first(&answer.token).map_err(scram)?;
+        let answer = self.authenticate(mechanism, last.as_bytes())?;
+        client.server_final(&answer.token).map_err(scram)?;
+        Ok(answer.session_lifetime_ms)
+    }
+
+    fn authenticate(
+        &mut self,
+        mechanism: &[u8],
+        token: &[u8],
+    ) -> Result<native::AuthenticateResponse, ClientError> {
+        self.call(&Request::Authenticate { mechanism, token })?;
+        native::decode_authenticate_response(self.body()).map_err(session::protocol)
+    }
+
     pub fn set_read_timeout(&self, timeout: Option<Duration>) -> Result<(), ClientError> {
-        Ok(self.stream.set_read_timeout(timeout)?)
+        Ok(self.stream.tcp().set_read_timeout(timeout)?)
     }
 
     /// The underlying socket, for tests that misbehave on purpose. Frames written here
     /// bypass the session: [`Client::receive`] hands their answers back unmatched while no
     /// request of the session is in flight.
-    pub fn stream(&mut self) -> &mut TcpStream {
+    pub fn stream(&mut self) -> &mut Transport {
         &mut self.stream
     }
 
@@ -170,6 +225,7 @@ impl Client {
         let correlation_id = self.session.register(());
         self.stream
             .write_all(frame.finish(correlation_id, timestamp_ns))?;
+        self.stream.flush()?;
         Ok(correlation_id)
     }
 

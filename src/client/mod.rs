@@ -25,6 +25,7 @@ pub mod glommio;
 pub mod group;
 pub mod produce;
 pub mod routing;
+pub mod secure;
 pub mod session;
 
 use crate::protocol::native::{ErrorCode, decode_error};

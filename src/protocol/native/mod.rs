@@ -126,6 +126,7 @@ code_enum!(
         CommitGroupOffset = 15,
         DeleteGroup = 16,
         ClusterStatus = 17,
+        Authenticate = 18,
     }
 );
 
@@ -329,6 +330,7 @@ pub fn encode_empty_response(out: &mut Vec<u8>, correlation_id: u32, error: Erro
     end_frame(out, start);
 }
 
+pub mod auth;
 pub mod cluster;
 pub mod groups;
 pub mod request;
@@ -336,6 +338,7 @@ pub mod response;
 #[cfg(test)]
 mod tests;
 
+pub use auth::*;
 pub use cluster::*;
 pub use groups::*;
 pub use request::*;

@@ -80,6 +80,11 @@ pub enum Request<'a> {
     DeleteGroup {
         group: &'a [u8],
     },
+    /// One step of a SCRAM login (`auth.rs`): the client's message for `mechanism`.
+    Authenticate {
+        mechanism: &'a [u8],
+        token: &'a [u8],
+    },
 }
 
 /// A native JoinGroup.
@@ -295,6 +300,14 @@ fn decode_request_body<'a>(
         ApiKey::DeleteGroup => Request::DeleteGroup {
             group: r.string("group")?,
         },
+        ApiKey::Authenticate => {
+            let mechanism = r.string("mechanism")?;
+            let token = r.string("token")?;
+            if token.len() > AUTH_TOKEN_BYTES_MAX {
+                return Err(Malformed { what: "token" }.into());
+            }
+            Request::Authenticate { mechanism, token }
+        }
     };
     r.finish("request")?;
     Ok(request)
@@ -346,6 +359,7 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         Request::LeaveGroup { .. } => ApiKey::LeaveGroup,
         Request::CommitGroupOffset { .. } => ApiKey::CommitGroupOffset,
         Request::DeleteGroup { .. } => ApiKey::DeleteGroup,
+        Request::Authenticate { .. } => ApiKey::Authenticate,
     };
     out.put_u16(api as u16);
     out.put_u16(VERSION);
@@ -467,6 +481,10 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
             out.put_u64(*offset);
         }
         Request::DeleteGroup { group } => out.put_string(group),
+        Request::Authenticate { mechanism, token } => {
+            out.put_string(mechanism);
+            out.put_string(token);
+        }
     }
     end_frame(out, start);
 }

@@ -98,6 +98,7 @@ pub enum NativeApi {
     CommitGroupOffset,
     DeleteGroup,
     ClusterStatus,
+    Authenticate,
 }
 
 impl From<NativeKey> for NativeApi {
@@ -120,6 +121,7 @@ impl From<NativeKey> for NativeApi {
             NativeKey::CommitGroupOffset => NativeApi::CommitGroupOffset,
             NativeKey::DeleteGroup => NativeApi::DeleteGroup,
             NativeKey::ClusterStatus => NativeApi::ClusterStatus,
+            NativeKey::Authenticate => NativeApi::Authenticate,
         }
     }
 }
@@ -285,5 +287,7 @@ fn native(api: NativeApi) -> &'static [Need] {
         DeleteGroup => &[Need::On(Group, Delete, Request)],
         // As Kafka's DescribeCluster.
         ClusterStatus => DESCRIBE_CLUSTER,
+        // As Kafka's SaslAuthenticate: the login itself needs nothing.
+        Authenticate => NOTHING,
     }
 }

@@ -136,6 +136,11 @@ impl ServerExchange {
         Ok((exchange, server_first))
     }
 
+    /// The mechanism the exchange runs.
+    pub fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+
     /// The user the client claims to be (not yet proven).
     pub fn user(&self) -> &str {
         &self.user

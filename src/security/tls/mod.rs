@@ -124,6 +124,36 @@ impl TlsConfig {
     }
 }
 
+/// A client's TLS configuration (the Rust client and the CLI): brokers are trusted when
+/// their certificate chains to `ca`; `identity` is the client's own certificate chain and
+/// key, for a listener that asks for one (SSL). The files are checked as the broker checks
+/// its own.
+pub fn client_config(
+    ca: &Path,
+    identity: Option<(&Path, &Path)>,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let roots = read_roots(ca)?;
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Config(e.to_string()))?
+        .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = read_certificates(cert)?;
+            check_validity(cert, &chain[0])?;
+            builder
+                .with_client_auth_cert(chain, read_key(key)?)
+                .map_err(|e| TlsError::BadKey {
+                    path: key.to_path_buf(),
+                    reason: e.to_string(),
+                })?
+        }
+    };
+    Ok(Arc::new(config))
+}
+
 /// The bytes of `path`, at most [`PEM_BYTES_MAX`].
 fn read_limited(path: &Path) -> Result<Vec<u8>, TlsError> {
     use std::io::Read;

@@ -77,6 +77,8 @@ fn named<'a>(request: &Request<'a>) -> (Vec<&'a [u8]>, Vec<&'a [u8]>) {
         | Request::Heartbeat { group, .. }
         | Request::LeaveGroup { group, .. }
         | Request::DeleteGroup { group } => (vec![], vec![*group]),
-        Request::ListGroups | Request::ClusterStatus => (vec![], vec![]),
+        Request::ListGroups | Request::ClusterStatus | Request::Authenticate { .. } => {
+            (vec![], vec![])
+        }
     }
 }

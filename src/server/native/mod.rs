@@ -30,6 +30,7 @@ mod authorize;
 mod cluster;
 mod fetch;
 mod groups;
+mod login;
 mod metadata;
 mod offsets;
 mod produce;
@@ -73,6 +74,8 @@ pub enum Answer {
         frame: Vec<u8>,
         error: Option<ErrorCode>,
     },
+    /// An error answer after which the connection closes (a failed login).
+    Closing { frame: Vec<u8>, error: ErrorCode },
 }
 
 impl Answer {
@@ -196,9 +199,22 @@ impl Frontend for Native {
                 (error_frame(correlation_id, &refusal), Some(refusal.code))
             }
             Answer::Frame { frame, error } => (frame, error),
+            Answer::Closing { frame, error } => {
+                out.bytes().extend_from_slice(&frame);
+                return Outcome::Close(Some(error));
+            }
         };
         out.bytes().extend_from_slice(&frame);
         error.map_or(Outcome::Done, Outcome::Failed)
+    }
+
+    fn before_login(&self, frame: &[u8]) -> Result<(), String> {
+        // Only the login itself: its api key follows the length prefix.
+        match kind_of(frame.get(native::FRAME_LEN_BYTES..).unwrap_or_default()) {
+            RequestKind::Native(ApiKey::Authenticate) => Ok(()),
+            RequestKind::Native(api) => Err(format!("native {}", api.name())),
+            _ => Err("a native request of no known api".to_string()),
+        }
     }
 
     fn too_large(
@@ -265,7 +281,7 @@ fn error_frame(correlation_id: u32, failure: &Refusal) -> Vec<u8> {
 }
 
 /// Decodes one request and starts it; returns what the writer must do to answer it.
-async fn dispatch(session: &Session, body: &[u8]) -> Started<Pending> {
+async fn dispatch(session: &Rc<Session>, body: &[u8]) -> Started<Pending> {
     let (shard, used) = (&session.shard, &session.used);
     let limits = shard.config.log.limits;
     let (header, request) = match native::decode_request(body, &limits) {
@@ -368,6 +384,9 @@ async fn dispatch(session: &Session, body: &[u8]) -> Started<Pending> {
             },
         ),
         Request::DeleteGroup { group } => groups::delete(shard, tag, group),
+        Request::Authenticate { mechanism, token } => {
+            login::authenticate(session, tag, mechanism, token)
+        }
     };
     Started { kind, pending }
 }

@@ -9,6 +9,7 @@
 //! metrics and writing answers are written once, here, for every protocol.
 
 pub mod auth;
+pub mod login;
 pub mod outbox;
 pub mod pipeline;
 
