@@ -20,6 +20,8 @@ use pagurus::protocol::native::TopicSettings;
 
 const PASSWORD: &str = "alice-Secret-4711";
 const WRONG_PASSWORD: &str = "mallory-Guess-0815";
+const ADMIN_PASSWORD: &str = "admin-Secret-1234";
+const BOB_PASSWORD: &str = "bob-Secret-9876";
 
 struct Secured {
     dir: tempfile::TempDir,
@@ -47,6 +49,7 @@ fn start() -> Secured {
     pki.client("carol", "carol");
     let data = dir.path().join("data");
     create_user(&data, "alice", PASSWORD);
+    create_user(&data, "admin", ADMIN_PASSWORD);
     acl(&data, "User:alice", "Write", &["--topic", "orders"]);
     acl(&data, "User:alice", "Read", &["--topic", "orders"]);
     acl(&data, "User:CN=carol", "Read", &["--topic", "orders"]);
@@ -65,6 +68,7 @@ fn start() -> Secured {
         pki.path("ca.pem"),
     );
     let mut args = vec!["--fsync", "never", "--authorizer", "acl"];
+    args.extend(["--super-users", "User:admin"]);
     for listener in &listeners {
         args.extend(["--listener", listener]);
     }
@@ -294,4 +298,119 @@ fn a_login_on_a_listener_without_sasl_is_refused() {
         .unwrap()
         .create_topic("made-anonymously", TopicSettings::default());
     assert!(created.is_ok(), "{created:?}");
+}
+
+#[test]
+fn users_and_acls_change_online_and_hold_at_the_next_request() {
+    let s = start();
+    let admin = s.login(s.sasl_plain, "admin", ADMIN_PASSWORD, false);
+    let made = pagurus(
+        &["users", "create", "bob", "--password-stdin"],
+        &admin,
+        &format!("{BOB_PASSWORD}\n"),
+    );
+    assert!(made.status.success(), "{}", stderr(&made));
+    let listed = pagurus(&["users", "list"], &admin, "");
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    for user in ["admin", "alice", "bob"] {
+        assert!(listed.contains(user), "{listed}");
+    }
+    // bob logs in at once, and may do nothing yet.
+    let bob = s.login(s.sasl_ssl, "bob", BOB_PASSWORD, true);
+    let refused = pagurus(&["produce", "--topic", "orders"], &bob, "x\n");
+    assert!(
+        stderr(&refused).contains("TopicAuthorizationFailed (36)"),
+        "{}",
+        stderr(&refused)
+    );
+    let acl = [
+        "--principal",
+        "User:bob",
+        "--operation",
+        "Write",
+        "--topic",
+        "orders",
+    ];
+    let added = pagurus(&[&["acls", "add"][..], &acl].concat(), &admin, "");
+    assert!(added.status.success(), "{}", stderr(&added));
+    assert!(String::from_utf8_lossy(&added.stdout).starts_with("added"));
+    let produced = pagurus(&["produce", "--topic", "orders"], &bob, "from bob\n");
+    assert!(produced.status.success(), "{}", stderr(&produced));
+    let acls = pagurus(&["acls", "list", "--output", "json"], &admin, "");
+    let acls: serde_json::Value = serde_json::from_slice(&acls.stdout).unwrap();
+    let bobs = acls["acls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["principal"] == "User:bob");
+    assert_eq!(bobs.count(), 1, "{acls}");
+    // alice is no super user: she may not make users or see the ACLs.
+    let alice = s.login(s.sasl_plain, "alice", PASSWORD, false);
+    let refused = pagurus(
+        &["users", "create", "eve", "--password-stdin"],
+        &alice,
+        "eve-pw\n",
+    );
+    assert!(
+        stderr(&refused).contains("ClusterAuthorizationFailed (38)"),
+        "{}",
+        stderr(&refused)
+    );
+    let refused = pagurus(&["acls", "list"], &alice, "");
+    assert!(
+        stderr(&refused).contains("ClusterAuthorizationFailed (38)"),
+        "{}",
+        stderr(&refused)
+    );
+    // Removing the ACL and then bob: each holds at once.
+    let removed = pagurus(&[&["acls", "remove"][..], &acl].concat(), &admin, "");
+    assert!(String::from_utf8_lossy(&removed.stdout).starts_with("removed"));
+    let refused = pagurus(&["produce", "--topic", "orders"], &bob, "x\n");
+    assert!(
+        stderr(&refused).contains("TopicAuthorizationFailed (36)"),
+        "{}",
+        stderr(&refused)
+    );
+    let deleted = pagurus(&["users", "delete", "bob"], &admin, "");
+    assert!(deleted.status.success(), "{}", stderr(&deleted));
+    let gone = pagurus(&["topics", "list"], &bob, "");
+    assert!(
+        stderr(&gone).contains("AuthenticationFailed (35)"),
+        "{}",
+        stderr(&gone)
+    );
+    let again = pagurus(&["users", "delete", "bob"], &admin, "");
+    assert!(
+        stderr(&again).contains("no user \"bob\""),
+        "{}",
+        stderr(&again)
+    );
+    let log = s.broker.log_text();
+    assert!(
+        log.contains("user credentials set") && log.contains("ACL added"),
+        "{log}"
+    );
+    assert!(!log.contains(BOB_PASSWORD) && !log.contains(ADMIN_PASSWORD));
+}
+
+#[test]
+fn acls_online_need_an_authorizer() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::start_in(&dir.path().join("data"), 1, &["--fsync", "never"]);
+    let connection = ["--broker".to_string(), broker.addr.to_string()];
+    let out = pagurus(&["acls", "list"], &connection, "");
+    assert!(
+        stderr(&out).contains("SecurityDisabled (39)"),
+        "{}",
+        stderr(&out)
+    );
+    // Users may still be made online (as Kafka allows without an authorizer).
+    let made = pagurus(
+        &["users", "create", "bob", "--password-stdin"],
+        &connection,
+        "pw-bob\n",
+    );
+    assert!(made.status.success(), "{}", stderr(&made));
+    let listed = pagurus(&["users", "list", "--output", "json"], &connection, "");
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("\"bob\""));
 }

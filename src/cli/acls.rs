@@ -1,13 +1,15 @@
-//! `pagurus acls add|remove|list`, offline: on a stopped broker's data directory, as
-//! `pagurus users` (the broker reads `<data-dir>/security/acls` at start). Online changes
-//! go through Kafka's CreateAcls and DeleteAcls once they are served (docs/SECURITY.md).
+//! `pagurus acls add|remove|list`. With `--data-dir`, offline: on a stopped broker's data
+//! directory, as `pagurus users` (the broker reads `<data-dir>/security/acls` at start).
+//! Without it, online: through the broker at `--broker` (`security_online`), applied to
+//! open sessions at their next request.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use clap::{Args, Subcommand};
 use serde_json::json;
 
-use crate::cli::{Output, print_json, print_out, table};
+use crate::cli::users::DataDir;
+use crate::cli::{BrokerArgs, Output, print_json, print_out, table};
 use crate::security::acl::{
     AclBinding, Acls, Host, Operation, PatternType, Permission, Principal, ResourcePattern,
     ResourceType,
@@ -27,21 +29,32 @@ pub enum AclsCommand {
     Remove(Binding),
     /// Print every ACL.
     List {
-        /// The broker's data directory (the broker must not be running).
-        #[arg(long, env = "PAGURUS_DATA_DIR", default_value = "./pagurus-data")]
-        data_dir: PathBuf,
+        #[command(flatten)]
+        dir: DataDir,
         /// text, or json: one JSON document, for scripts.
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
+        #[command(flatten)]
+        target: BrokerArgs,
     },
+}
+
+impl AclsCommand {
+    pub(super) fn target(&mut self) -> &mut BrokerArgs {
+        match self {
+            AclsCommand::Add(binding) | AclsCommand::Remove(binding) => &mut binding.target,
+            AclsCommand::List { target, .. } => target,
+        }
+    }
 }
 
 /// One ACL, as Kafka's kafka-acls.sh names its parts.
 #[derive(Debug, Args)]
 pub struct Binding {
-    /// The broker's data directory (the broker must not be running).
-    #[arg(long, env = "PAGURUS_DATA_DIR", default_value = "./pagurus-data")]
-    pub data_dir: PathBuf,
+    #[command(flatten)]
+    pub dir: DataDir,
+    #[command(flatten)]
+    pub target: BrokerArgs,
     /// Who: User:NAME, or User:* for every user.
     #[arg(long, value_parser = parse_principal)]
     pub principal: Principal,
@@ -78,7 +91,7 @@ fn parse_operation(s: &str) -> Result<Operation, String> {
 }
 
 impl Binding {
-    fn binding(&self) -> Result<AclBinding, String> {
+    pub(super) fn binding(&self) -> Result<AclBinding, String> {
         let (resource_type, name) = match (&self.topic, &self.group, self.cluster) {
             (Some(topic), None, false) => (ResourceType::Topic, topic.as_str()),
             (None, Some(group), false) => (ResourceType::Group, group.as_str()),
@@ -111,16 +124,27 @@ impl Binding {
 }
 
 pub fn run(args: AclsArgs) -> Result<(), String> {
+    use super::security_online as online;
     match args.command {
         AclsCommand::Add(binding) => change(&binding, true),
         AclsCommand::Remove(binding) => change(&binding, false),
-        AclsCommand::List { data_dir, output } => list(&data_dir, output),
+        AclsCommand::List {
+            dir,
+            output,
+            target,
+        } => match dir.data_dir {
+            Some(data_dir) => list(&data_dir, output),
+            None => online::list_acls(&target, output),
+        },
     }
 }
 
 fn change(binding: &Binding, add: bool) -> Result<(), String> {
     let acl = binding.binding()?;
-    let data_dir = &binding.data_dir;
+    let Some(data_dir) = &binding.dir.data_dir else {
+        let changed = super::security_online::change_acl(&binding.target, add, &acl)?;
+        return print_out(&format!("{}: {acl}\n", what(add, changed)));
+    };
     // As `serve` does, before anything is written: make the directory durably, refuse one
     // of someone else's files, mark a new one, then lock it.
     crate::storage::fs::prepare_data_dir(data_dir)
@@ -136,51 +160,73 @@ fn change(binding: &Binding, add: bool) -> Result<(), String> {
     if changed {
         acls.save(data_dir).map_err(|e| e.to_string())?;
     }
-    let what = match (add, changed) {
+    print_out(&format!("{}: {acl}\n", what(add, changed)))
+}
+
+fn what(add: bool, changed: bool) -> &'static str {
+    match (add, changed) {
         (true, true) => "added",
         (true, false) => "already there",
         (false, true) => "removed",
         (false, false) => "no such ACL",
-    };
-    print_out(&format!("{what}: {acl}\n"))
+    }
 }
 
 fn list(data_dir: &Path, output: Output) -> Result<(), String> {
     let _lock = super::users::lock(data_dir, false)?;
     let acls = Acls::load(data_dir).map_err(|e| e.to_string())?;
+    let rows: Vec<Row> = acls.iter().map(row).collect();
+    print(&rows, output)
+}
+
+/// One ACL as printed: principal, permission, operation, host, resource type, pattern
+/// type, name.
+pub(super) type Row = [String; 7];
+
+fn row(b: &AclBinding) -> Row {
+    [
+        b.principal.to_string(),
+        b.permission.name().to_string(),
+        b.operation.name().to_string(),
+        b.host.to_string(),
+        b.pattern.resource_type.name().to_string(),
+        b.pattern.pattern_type.name().to_string(),
+        b.pattern.name.clone(),
+    ]
+}
+
+/// Prints ACLs, the same offline and online.
+pub(super) fn print(rows: &[Row], output: Output) -> Result<(), String> {
     match output {
         Output::Json => {
-            let all: Vec<_> = acls
+            let all: Vec<_> = rows
                 .iter()
-                .map(|b| {
-                    json!({
-                        "principal": b.principal.to_string(),
-                        "permission": b.permission.name(),
-                        "operation": b.operation.name(),
-                        "host": b.host.to_string(),
-                        "resource_type": b.pattern.resource_type.name(),
-                        "pattern_type": b.pattern.pattern_type.name(),
-                        "name": b.pattern.name,
-                    })
-                })
+                .map(
+                    |[
+                        principal,
+                        permission,
+                        operation,
+                        host,
+                        resource_type,
+                        pattern_type,
+                        name,
+                    ]| {
+                        json!({
+                            "principal": principal,
+                            "permission": permission,
+                            "operation": operation,
+                            "host": host,
+                            "resource_type": resource_type,
+                            "pattern_type": pattern_type,
+                            "name": name,
+                        })
+                    },
+                )
                 .collect();
             print_json(&json!({ "acls": all }))
         }
         Output::Text => {
-            let rows: Vec<Vec<String>> = acls
-                .iter()
-                .map(|b| {
-                    vec![
-                        b.principal.to_string(),
-                        b.permission.name().to_string(),
-                        b.operation.name().to_string(),
-                        b.host.to_string(),
-                        b.pattern.resource_type.name().to_string(),
-                        b.pattern.pattern_type.name().to_string(),
-                        b.pattern.name.clone(),
-                    ]
-                })
-                .collect();
+            let rows: Vec<Vec<String>> = rows.iter().map(|r| r.to_vec()).collect();
             let header = [
                 "PRINCIPAL",
                 "PERMISSION",

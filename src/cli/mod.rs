@@ -13,6 +13,7 @@ mod io_buffers_log;
 mod log_limit;
 mod produce;
 mod profile;
+mod security_online;
 mod serve;
 mod serve_security;
 mod topics;
@@ -107,9 +108,9 @@ impl Command {
             Command::Groups(a) => Some((&mut a.target, None)),
             Command::Cluster(a) => Some((&mut a.target, None)),
             Command::Bench(a) => Some((&mut a.target, None)),
-            Command::Serve(_) | Command::Users(_) | Command::Acls(_) | Command::Completion(_) => {
-                None
-            }
+            Command::Users(a) => Some((a.command.target(), None)),
+            Command::Acls(a) => Some((a.command.target(), None)),
+            Command::Serve(_) | Command::Completion(_) => None,
         }
     }
 }

@@ -1,6 +1,8 @@
-//! `pagurus users create|delete|list`, offline: on the data directory itself, while the
-//! broker is not running (it refuses while the broker holds the directory's lock). This is
-//! how the first user, the superuser, is made before the first start.
+//! `pagurus users create|delete|list`. With `--data-dir`, offline: on the data directory
+//! itself, while the broker is not running (it refuses while the broker holds the
+//! directory's lock); this is how the first user, the superuser, is made before the first
+//! start. Without it, online: through the broker at `--broker`, logged in as the
+//! connection flags say (`security_online`).
 
 use std::fs::File;
 use std::io::Read;
@@ -9,7 +11,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 
-use crate::cli::{Output, print_json, print_out, table};
+use crate::cli::{BrokerArgs, Output, print_json, print_out, table};
 use crate::security::plain::FIELD_BYTES_MAX;
 use crate::security::scram::{ITERATIONS_DEFAULT, Mechanism, ScramCredential};
 use crate::security::users::Users;
@@ -35,6 +37,8 @@ pub enum UsersCommand {
         /// Store a credential for this mechanism only; both if not given.
         #[arg(long, value_enum, ignore_case = true)]
         mechanism: Option<MechanismArg>,
+        #[command(flatten)]
+        target: BrokerArgs,
     },
     /// Delete a user and all its credentials.
     Delete {
@@ -42,6 +46,8 @@ pub enum UsersCommand {
         name: String,
         #[command(flatten)]
         dir: DataDir,
+        #[command(flatten)]
+        target: BrokerArgs,
     },
     /// Print every user and the mechanisms it has credentials for.
     List {
@@ -50,14 +56,27 @@ pub enum UsersCommand {
         /// text, or json: one JSON document, for scripts.
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
+        #[command(flatten)]
+        target: BrokerArgs,
     },
+}
+
+impl UsersCommand {
+    pub(super) fn target(&mut self) -> &mut BrokerArgs {
+        match self {
+            UsersCommand::Create { target, .. }
+            | UsersCommand::Delete { target, .. }
+            | UsersCommand::List { target, .. } => target,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
 pub struct DataDir {
-    /// The broker's data directory (the broker must not be running).
-    #[arg(long, env = "PAGURUS_DATA_DIR", default_value = "./pagurus-data")]
-    pub data_dir: PathBuf,
+    /// Work offline on this stopped broker's data directory; without it, online through
+    /// --broker.
+    #[arg(long, env = "PAGURUS_DATA_DIR", value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -82,29 +101,39 @@ impl From<MechanismArg> for Mechanism {
 const LOCK_FILE: &str = ".lock";
 
 pub fn run(args: UsersArgs) -> Result<(), String> {
+    use super::security_online as online;
     match args.command {
         UsersCommand::Create {
             name,
             dir,
             password_stdin,
             mechanism,
-        } => create(
-            &name,
-            &dir.data_dir,
-            password_stdin,
-            mechanism.map(Into::into),
-        ),
-        UsersCommand::Delete { name, dir } => delete(&name, &dir.data_dir),
-        UsersCommand::List { dir, output } => list(&dir.data_dir, output),
+            target,
+        } => {
+            let password = password(&name, password_stdin)?;
+            let mechanisms = mechanism.map_or(Mechanism::ALL.to_vec(), |m| vec![m.into()]);
+            match dir.data_dir {
+                Some(data_dir) => create(&name, &data_dir, &password, &mechanisms),
+                None => online::create_user(&target, &name, &password, &mechanisms),
+            }
+        }
+        UsersCommand::Delete { name, dir, target } => match dir.data_dir {
+            Some(data_dir) => delete(&name, &data_dir),
+            None => online::delete_user(&target, &name),
+        },
+        UsersCommand::List {
+            dir,
+            output,
+            target,
+        } => match dir.data_dir {
+            Some(data_dir) => list(&data_dir, output),
+            None => online::list_users(&target, output),
+        },
     }
 }
 
-fn create(
-    name: &str,
-    data_dir: &Path,
-    password_stdin: bool,
-    mechanism: Option<Mechanism>,
-) -> Result<(), String> {
+/// The new user's password, from stdin; the name checked first.
+fn password(name: &str, password_stdin: bool) -> Result<Vec<u8>, String> {
     if !password_stdin {
         return Err(
             "give the password on stdin with --password-stdin (never as an argument, \
@@ -113,7 +142,15 @@ fn create(
         );
     }
     crate::security::check_user_name(name).map_err(|e| e.to_string())?;
-    let password = read_password(std::io::stdin().lock())?;
+    read_password(std::io::stdin().lock())
+}
+
+fn create(
+    name: &str,
+    data_dir: &Path,
+    password: &[u8],
+    mechanisms: &[Mechanism],
+) -> Result<(), String> {
     // As `serve` does, before anything is written: make the directory durably, refuse one
     // of someone else's files, mark a new one, then lock it.
     crate::storage::fs::prepare_data_dir(data_dir)
@@ -121,9 +158,8 @@ fn create(
     crate::storage::marker::check_and_mark(data_dir).map_err(|e| e.to_string())?;
     let _lock = lock(data_dir, true)?;
     let mut users = Users::load_or_create(data_dir).map_err(|e| e.to_string())?;
-    let mechanisms = mechanism.map_or(Mechanism::ALL.to_vec(), |m| vec![m]);
-    for &m in &mechanisms {
-        let credential = ScramCredential::generate(m, &password, ITERATIONS_DEFAULT)
+    for &m in mechanisms {
+        let credential = ScramCredential::generate(m, password, ITERATIONS_DEFAULT)
             .map_err(|e| e.to_string())?;
         users.create(name, credential).map_err(|e| e.to_string())?;
     }
@@ -143,23 +179,28 @@ fn delete(name: &str, data_dir: &Path) -> Result<(), String> {
 fn list(data_dir: &Path, output: Output) -> Result<(), String> {
     let _lock = lock(data_dir, false)?;
     let users = load(data_dir)?;
-    let rows: Vec<(&str, Vec<Mechanism>)> = users.list().collect();
+    let rows: Vec<(String, Vec<String>)> = users
+        .list()
+        .map(|(name, ms)| {
+            let ms = ms.iter().map(|m| m.name().to_string()).collect();
+            (name.to_string(), ms)
+        })
+        .collect();
+    print(&rows, output)
+}
+
+/// Prints users and their mechanisms, the same offline and online.
+pub(super) fn print(rows: &[(String, Vec<String>)], output: Output) -> Result<(), String> {
     match output {
         Output::Json => print_json(&json!(
             rows.iter()
-                .map(|(name, ms)| json!({
-                    "name": name,
-                    "mechanisms": ms.iter().map(|m| m.name()).collect::<Vec<_>>(),
-                }))
+                .map(|(name, ms)| json!({ "name": name, "mechanisms": ms }))
                 .collect::<Vec<_>>()
         )),
         Output::Text => {
             let rows: Vec<Vec<String>> = rows
                 .iter()
-                .map(|(name, ms)| {
-                    let ms: Vec<&str> = ms.iter().map(|m| m.name()).collect();
-                    vec![name.to_string(), ms.join(",")]
-                })
+                .map(|(name, ms)| vec![name.clone(), ms.join(",")])
                 .collect();
             print_out(&table(&["NAME", "MECHANISMS"], &rows))
         }
@@ -202,7 +243,7 @@ pub(super) fn lock(
         .map(Some)
         .map_err(|_| {
             format!(
-                "the broker is running on {} (it holds {}): stop it first; `pagurus users` works on a stopped broker's data directory",
+                "the broker is running on {} (it holds {}): change it online, without --data-dir (and PAGURUS_DATA_DIR), or stop it first",
                 data_dir.display(),
                 path.display()
             )

@@ -24,6 +24,7 @@ use crate::protocol::record::BatchHeader;
 
 pub use crate::client::session::RESPONSE_BYTES_MAX;
 
+mod admin;
 mod group;
 pub use group::{GroupConsumer, GroupFetch};
 
@@ -269,7 +270,7 @@ impl Client {
     }
 
     /// Sends a request and waits for its answer; a broker error becomes `Err`.
-    fn call(&mut self, request: &Request<'_>) -> Result<(), ClientError> {
+    pub(crate) fn call(&mut self, request: &Request<'_>) -> Result<(), ClientError> {
         let correlation_id = self.send(request)?;
         self.expect(correlation_id)
     }

@@ -127,6 +127,11 @@ code_enum!(
         DeleteGroup = 16,
         ClusterStatus = 17,
         Authenticate = 18,
+        ListUsers = 19,
+        SetUser = 20,
+        DeleteUser = 21,
+        ListAcls = 22,
+        ChangeAcl = 23,
     }
 );
 
@@ -192,6 +197,8 @@ code_enum!(
         GroupAuthorizationFailed = 37,
         /// ... on the cluster.
         ClusterAuthorizationFailed = 38,
+        /// An ACL api on a broker without `--authorizer acl`: there are no ACLs to list or change.
+        SecurityDisabled = 39,
     }
 );
 
@@ -330,6 +337,7 @@ pub fn encode_empty_response(out: &mut Vec<u8>, correlation_id: u32, error: Erro
     end_frame(out, start);
 }
 
+pub mod admin;
 pub mod auth;
 pub mod cluster;
 pub mod groups;
@@ -338,6 +346,7 @@ pub mod response;
 #[cfg(test)]
 mod tests;
 
+pub use admin::*;
 pub use auth::*;
 pub use cluster::*;
 pub use groups::*;

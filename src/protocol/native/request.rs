@@ -85,6 +85,22 @@ pub enum Request<'a> {
         mechanism: &'a [u8],
         token: &'a [u8],
     },
+    /// Every user and its mechanisms (`admin.rs`).
+    ListUsers,
+    /// Creates a user, or replaces its credentials for the mechanisms given.
+    SetUser {
+        name: &'a [u8],
+        credentials: Vec<WireCredential<'a>>,
+    },
+    DeleteUser {
+        name: &'a [u8],
+    },
+    ListAcls,
+    /// Adds (or removes) one ACL.
+    ChangeAcl {
+        add: bool,
+        acl: WireAcl<&'a [u8]>,
+    },
 }
 
 /// A native JoinGroup.
@@ -308,6 +324,19 @@ fn decode_request_body<'a>(
             }
             Request::Authenticate { mechanism, token }
         }
+        ApiKey::ListUsers => Request::ListUsers,
+        ApiKey::SetUser => Request::SetUser {
+            name: r.string("user name")?,
+            credentials: read_credentials(&mut r)?,
+        },
+        ApiKey::DeleteUser => Request::DeleteUser {
+            name: r.string("user name")?,
+        },
+        ApiKey::ListAcls => Request::ListAcls,
+        ApiKey::ChangeAcl => Request::ChangeAcl {
+            add: r.u8("add")? != 0,
+            acl: WireAcl::read(&mut r)?,
+        },
     };
     r.finish("request")?;
     Ok(request)
@@ -360,6 +389,11 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         Request::CommitGroupOffset { .. } => ApiKey::CommitGroupOffset,
         Request::DeleteGroup { .. } => ApiKey::DeleteGroup,
         Request::Authenticate { .. } => ApiKey::Authenticate,
+        Request::ListUsers => ApiKey::ListUsers,
+        Request::SetUser { .. } => ApiKey::SetUser,
+        Request::DeleteUser { .. } => ApiKey::DeleteUser,
+        Request::ListAcls => ApiKey::ListAcls,
+        Request::ChangeAcl { .. } => ApiKey::ChangeAcl,
     };
     out.put_u16(api as u16);
     out.put_u16(VERSION);
@@ -484,6 +518,16 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         Request::Authenticate { mechanism, token } => {
             out.put_string(mechanism);
             out.put_string(token);
+        }
+        Request::ListUsers | Request::ListAcls => {}
+        Request::SetUser { name, credentials } => {
+            out.put_string(name);
+            put_credentials(out, credentials);
+        }
+        Request::DeleteUser { name } => out.put_string(name),
+        Request::ChangeAcl { add, acl } => {
+            out.put_u8(u8::from(*add));
+            acl.put(out);
         }
     }
     end_frame(out, start);

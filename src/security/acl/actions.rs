@@ -99,6 +99,11 @@ pub enum NativeApi {
     DeleteGroup,
     ClusterStatus,
     Authenticate,
+    ListUsers,
+    SetUser,
+    DeleteUser,
+    ListAcls,
+    ChangeAcl,
 }
 
 impl From<NativeKey> for NativeApi {
@@ -122,6 +127,11 @@ impl From<NativeKey> for NativeApi {
             NativeKey::DeleteGroup => NativeApi::DeleteGroup,
             NativeKey::ClusterStatus => NativeApi::ClusterStatus,
             NativeKey::Authenticate => NativeApi::Authenticate,
+            NativeKey::ListUsers => NativeApi::ListUsers,
+            NativeKey::SetUser => NativeApi::SetUser,
+            NativeKey::DeleteUser => NativeApi::DeleteUser,
+            NativeKey::ListAcls => NativeApi::ListAcls,
+            NativeKey::ChangeAcl => NativeApi::ChangeAcl,
         }
     }
 }
@@ -289,5 +299,9 @@ fn native(api: NativeApi) -> &'static [Need] {
         ClusterStatus => DESCRIBE_CLUSTER,
         // As Kafka's SaslAuthenticate: the login itself needs nothing.
         Authenticate => NOTHING,
+        // As Kafka's DescribeUserScramCredentials and DescribeAcls ...
+        ListUsers | ListAcls => DESCRIBE_CLUSTER,
+        // ... and AlterUserScramCredentials, CreateAcls and DeleteAcls.
+        SetUser | DeleteUser | ChangeAcl => ALTER_CLUSTER,
     }
 }

@@ -26,6 +26,13 @@ pub fn check(session: &Session, api: ApiKey, request: &Request) -> Result<(), Re
     if let Some(topic) = topics.iter().find(|t| !may(ResourceType::Topic, t)) {
         return Err(refused(ErrorCode::TopicAuthorizationFailed, "topic", topic));
     }
+    // The apis on the cluster itself (cluster status, users, ACLs).
+    if !may(ResourceType::Cluster, CLUSTER_NAME.as_bytes()) {
+        return Err(Refusal::new(
+            ErrorCode::ClusterAuthorizationFailed,
+            format!("not authorized on the cluster to {}", api.name()),
+        ));
+    }
     let lists_all = match request {
         // Every topic: as Kafka filters a listing, but the native answer has no way to
         // leave topics out, so it needs Describe on the cluster (or a super user).
@@ -77,8 +84,13 @@ fn named<'a>(request: &Request<'a>) -> (Vec<&'a [u8]>, Vec<&'a [u8]>) {
         | Request::Heartbeat { group, .. }
         | Request::LeaveGroup { group, .. }
         | Request::DeleteGroup { group } => (vec![], vec![*group]),
-        Request::ListGroups | Request::ClusterStatus | Request::Authenticate { .. } => {
-            (vec![], vec![])
-        }
+        Request::ListGroups
+        | Request::ClusterStatus
+        | Request::Authenticate { .. }
+        | Request::ListUsers
+        | Request::SetUser { .. }
+        | Request::DeleteUser { .. }
+        | Request::ListAcls
+        | Request::ChangeAcl { .. } => (vec![], vec![]),
     }
 }

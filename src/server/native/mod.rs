@@ -26,6 +26,7 @@ use crate::shard::data::ProduceInFlight;
 use crate::shard::{Shard, ShardError};
 use refusal::Refusal;
 
+mod admin;
 mod authorize;
 mod cluster;
 mod fetch;
@@ -387,6 +388,11 @@ async fn dispatch(session: &Rc<Session>, body: &[u8]) -> Started<Pending> {
         Request::Authenticate { mechanism, token } => {
             login::authenticate(session, tag, mechanism, token)
         }
+        Request::ListUsers => admin::list_users(session, tag),
+        Request::SetUser { name, credentials } => admin::set_user(session, tag, name, &credentials),
+        Request::DeleteUser { name } => admin::delete_user(session, tag, name),
+        Request::ListAcls => admin::list_acls(session, tag),
+        Request::ChangeAcl { add, acl } => admin::change_acl(session, tag, add, &acl),
     };
     Started { kind, pending }
 }
