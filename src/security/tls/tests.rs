@@ -132,7 +132,7 @@ fn client_of(
 }
 
 fn server(pki: &Pki, auth: ClientAuth) -> Connection {
-    let config = pki.config().server_config(auth).unwrap();
+    let config = pki.config().server_config(auth, true).unwrap();
     rustls::ServerConnection::new(config).unwrap().into()
 }
 
@@ -164,15 +164,15 @@ fn good_files_load_and_make_both_listener_configs() {
     let pki = Pki::new();
     let config = pki.config();
     assert!(!config.not_after.is_empty());
-    config.server_config(ClientAuth::Required).unwrap();
-    config.server_config(ClientAuth::None).unwrap();
+    config.server_config(ClientAuth::Required, false).unwrap();
+    config.server_config(ClientAuth::None, false).unwrap();
     let (cert, key) = pki.server();
     let no_ca = TlsConfig::load(&cert, &key, None).unwrap();
     assert!(matches!(
-        no_ca.server_config(ClientAuth::Required),
+        no_ca.server_config(ClientAuth::Required, false),
         Err(TlsError::NoClientCa)
     ));
-    no_ca.server_config(ClientAuth::None).unwrap();
+    no_ca.server_config(ClientAuth::None, false).unwrap();
 }
 
 #[test]
@@ -368,7 +368,7 @@ fn the_openssl_setup_in_the_docs_loads() {
     let (alice, alice_key) = (file("alice.pem"), file("alice.key"));
     let mut c = client_of(&ca_pem, None, Some((&alice, &alice_key)));
     let mut s: Connection =
-        rustls::ServerConnection::new(config.server_config(ClientAuth::Required).unwrap())
+        rustls::ServerConnection::new(config.server_config(ClientAuth::Required, false).unwrap())
             .unwrap()
             .into();
     pump(&mut c, &mut s).unwrap();
