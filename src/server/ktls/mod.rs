@@ -415,3 +415,6 @@ fn setsockopt(
         Err(io::Error::last_os_error())
     }
 }
+
+#[cfg(test)]
+mod tests;
