@@ -39,7 +39,7 @@ use std::time::Instant;
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 use nix::libc;
-use rustls::ServerConnection;
+use rustls::{ProtocolVersion, ServerConnection};
 use tracing::debug;
 
 use crate::security::tls::ktls::{CryptoInfo, kernel_has_cipher};
@@ -289,8 +289,8 @@ pub enum Handover {
 /// of this module). `Err`: the socket failed, or the client sent a bad record, while the
 /// last record was read (within the handshake `deadline`).
 pub async fn into_kernel(mut tls: Box<TlsStream>, deadline: Instant) -> io::Result<Handover> {
-    let plaintext = match check(&mut tls, deadline).await? {
-        Ok(plaintext) => plaintext,
+    let (plaintext, version) = match check(&mut tls, deadline).await? {
+        Ok(ready) => ready,
         Err(reason) => {
             tls.get_mut().0.pass_through();
             return Ok(Handover::UserSpace(tls, reason));
@@ -306,11 +306,6 @@ pub async fn into_kernel(mut tls: Box<TlsStream>, deadline: Instant) -> io::Resu
     }
     let mut pending = vec![0u8; plaintext];
     conn.reader().read_exact(&mut pending)?;
-    let Some(version) = conn.protocol_version() else {
-        return Ok(Handover::Failed(
-            "no protocol version after the handshake".into(),
-        ));
-    };
     let (io, conn) = tls.into_inner();
     let infos = conn
         .dangerous_extract_secrets()
@@ -343,10 +338,13 @@ pub async fn into_kernel(mut tls: Box<TlsStream>, deadline: Instant) -> io::Resu
     }))
 }
 
-/// How many bytes of plaintext rustls holds, or why the connection cannot go to the
-/// kernel, found before anything changes. A record half read is first read whole and given
-/// to rustls.
-async fn check(tls: &mut TlsStream, deadline: Instant) -> io::Result<Result<usize, String>> {
+/// How many bytes of plaintext rustls holds and the TLS version, or why the connection
+/// cannot go to the kernel, found before anything changes. A record half read is first
+/// read whole and given to rustls.
+async fn check(
+    tls: &mut TlsStream,
+    deadline: Instant,
+) -> io::Result<Result<(usize, ProtocolVersion), String>> {
     let (io, conn) = tls.get_mut();
     if conn.wants_write() {
         return Ok(Err("rustls holds TLS records not yet sent".into()));
@@ -355,8 +353,9 @@ async fn check(tls: &mut TlsStream, deadline: Instant) -> io::Result<Result<usiz
         let rest = handshake(deadline, io.rest_of_record()).await?;
         give(conn, &rest)?;
     }
-    let Some(suite) = conn.negotiated_cipher_suite() else {
-        return Ok(Err("no cipher suite after the handshake".into()));
+    let (Some(suite), Some(version)) = (conn.negotiated_cipher_suite(), conn.protocol_version())
+    else {
+        return Ok(Err("no cipher suite or version after the handshake".into()));
     };
     if !kernel_has_cipher(suite.suite()) {
         return Ok(Err(format!(
@@ -376,7 +375,7 @@ async fn check(tls: &mut TlsStream, deadline: Instant) -> io::Result<Result<usiz
             "rustls holds {plaintext} bytes of plaintext (at most {PENDING_MAX} move)"
         )));
     }
-    Ok(Ok(plaintext))
+    Ok(Ok((plaintext, version)))
 }
 
 /// Gives rustls TLS bytes read for it, and has it decrypt them.
