@@ -7,6 +7,8 @@
 
 use rustls::{CipherSuite, ConnectionTrafficSecrets, ExtractedSecrets, ProtocolVersion};
 
+use zeroize::{Zeroize, Zeroizing};
+
 use crate::security::config::KtlsMode;
 
 /// The file that lists the TCP upper-layer protocols the kernel has loaded.
@@ -101,6 +103,15 @@ pub struct CryptoInfo {
     pub rec_seq: [u8; 8],
 }
 
+/// The key and nonce are wiped when the structure goes, as rustls wipes its own copies.
+impl Drop for CryptoInfo {
+    fn drop(&mut self) {
+        self.key.zeroize();
+        self.iv.zeroize();
+        self.salt.zeroize();
+    }
+}
+
 impl std::fmt::Debug for CryptoInfo {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CryptoInfo")
@@ -180,9 +191,11 @@ impl CryptoInfo {
 
     /// The structure's bytes as the kernel lays it out: `u16 version, u16 cipher_type` (host
     /// order), then `iv, key, salt, rec_seq`, no padding (every field after the header is a
-    /// byte array).
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + self.iv.len() + self.key.len() + self.salt.len() + 8);
+    /// byte array). Wiped when dropped.
+    pub fn to_bytes(&self) -> Zeroizing<Vec<u8>> {
+        let mut out = Zeroizing::new(Vec::with_capacity(
+            4 + self.iv.len() + self.key.len() + self.salt.len() + 8,
+        ));
         out.extend_from_slice(&self.version.to_ne_bytes());
         out.extend_from_slice(&self.cipher_type.to_ne_bytes());
         out.extend_from_slice(&self.iv);
