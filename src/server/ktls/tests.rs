@@ -155,3 +155,39 @@ fn a_connection_moves_into_the_kernel_where_it_can_and_stays_whole_where_not() {
         }
     }
 }
+
+/// [`RecordIo`] over a real socket: a record written in two parts is read in one piece; a
+/// record announcing more than TLS allows is refused before its body is allocated; a
+/// record cut off by the end of the stream is handed on as it is, then the end.
+#[test]
+fn record_io_hands_whole_records_only() {
+    LocalExecutorBuilder::default()
+        .spawn(|| async {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let peer = std::thread::spawn(move || {
+                let mut sock = StdTcpStream::connect(("127.0.0.1", port)).unwrap();
+                sock.write_all(&[23, 3, 3, 0, 3, b'a']).unwrap();
+                std::thread::sleep(Duration::from_millis(100));
+                sock.write_all(b"bc").unwrap();
+                sock.write_all(&[23, 3, 3, 0x75, 0x30]).unwrap(); // 30000 bytes
+                let mut sock = StdTcpStream::connect(("127.0.0.1", port)).unwrap();
+                sock.write_all(&[23, 3, 3, 0, 9, b'x']).unwrap();
+            });
+            let mut io = RecordIo::new(listener.accept().await.unwrap(), true);
+            let mut buf = [0u8; 100];
+            let n = io.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], &[23, 3, 3, 0, 3, b'a', b'b', b'c']);
+            let error = io.read(&mut buf).await.unwrap_err();
+            assert_eq!(error.kind(), std::io::ErrorKind::InvalidData, "{error}");
+            assert!(io.record.len() <= RECORD_HEADER + RECORD_BODY_MAX);
+            let mut io = RecordIo::new(listener.accept().await.unwrap(), true);
+            peer.join().unwrap();
+            let n = io.read(&mut buf).await.unwrap();
+            assert_eq!(&buf[..n], &[23, 3, 3, 0, 9, b'x']);
+            assert_eq!(io.read(&mut buf).await.unwrap(), 0);
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+}
