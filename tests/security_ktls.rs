@@ -166,6 +166,14 @@ fn fetches_over_ssl_use_sendfile_in_kernel_tls() {
             "{log}"
         );
         assert!(!log.contains("moves into kernel TLS"), "{log}");
+        // Without the ULP no connection tries the kernel: none falls back, none fails.
+        if have("kcat", "kcat", &["-V"]) {
+            let expected = lines(20, 100);
+            assert_eq!(s.round_trip("auto", &expected), expected);
+            assert!(s.counter("pagurus_tls_connections_userspace_total") >= 2);
+            assert_eq!(s.counter("pagurus_tls_kernel_fallbacks_total"), 0);
+            assert_eq!(s.counter("pagurus_tls_connections_kernel_total"), 0);
+        }
         eprintln!(
             "SKIPPED the kernel TLS part: the kernel offers no tls ULP (/proc/sys/net/ipv4/tcp_available_ulp; modprobe tls)"
         );
