@@ -6,7 +6,9 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use crate::security::acl::Principal;
-use crate::security::config::{AuthorizerKind, SecurityConfig, SecurityConfigError, TlsFiles};
+use crate::security::config::{
+    AuthorizerKind, KtlsMode, SecurityConfig, SecurityConfigError, TlsFiles,
+};
 use crate::security::listener::ListenerSpec;
 
 #[derive(Debug, Clone, Args)]
@@ -41,6 +43,16 @@ pub struct SecurityArgs {
         default_value_t = 0
     )]
     pub sasl_session_lifetime_ms: u64,
+    /// Kernel TLS after the handshake: auto (where the kernel offers the tls ULP, so fetches
+    /// over TLS keep sendfile) or off (rustls encrypts in user space).
+    #[arg(long, env = "PAGURUS_KTLS", value_enum, default_value_t = KtlsArg::Auto)]
+    pub ktls: KtlsArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KtlsArg {
+    Auto,
+    Off,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -90,6 +102,10 @@ impl SecurityArgs {
         config.super_users = self.super_users.clone();
         config.sasl_session_lifetime = (self.sasl_session_lifetime_ms > 0)
             .then(|| Duration::from_millis(self.sasl_session_lifetime_ms));
+        config.ktls = match self.ktls {
+            KtlsArg::Auto => KtlsMode::Auto,
+            KtlsArg::Off => KtlsMode::Off,
+        };
         Ok((addr, config))
     }
 }

@@ -61,8 +61,18 @@ counters!(
     /// TLS handshakes that failed (a plaintext client on a TLS port, no or a bad client
     /// certificate, no common cipher), or did not finish within the handshake timeout.
     tls_handshakes_failed,
-    /// TLS connections established (user-space rustls; kTLS is not used yet).
+    /// TLS connections established and encrypted in user space (rustls): kernel TLS off or
+    /// unavailable, or a fallback (`tls_kernel_fallbacks`).
     tls_connections_userspace,
+    /// TLS connections established whose keys went to the kernel (kTLS): fetches on them
+    /// use sendfile.
+    tls_connections_kernel,
+    /// TLS connections that tried kernel TLS and stayed in user space (the kernel refused
+    /// the ULP, a cipher suite it lacks, ...); also counted in `tls_connections_userspace`.
+    tls_kernel_fallbacks,
+    /// TLS connections closed because the kernel refused their keys after rustls had
+    /// given them up (neither side can carry on; `server::ktls`).
+    tls_kernel_failed,
     /// SASL logins that succeeded (re-authentications included).
     auth_logins_succeeded,
     /// SASL logins that failed (unknown user and wrong password alike), and SASL requests

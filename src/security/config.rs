@@ -25,6 +25,16 @@ pub struct TlsFiles {
     pub client_ca: Option<PathBuf>,
 }
 
+/// Whether TLS connections move into kernel TLS after their handshake (`--ktls`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum KtlsMode {
+    /// Where the kernel offers the `tls` ULP (the default).
+    #[default]
+    Auto,
+    /// Never: every TLS connection encrypts in user space.
+    Off,
+}
+
 /// Who decides what a principal may do.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum AuthorizerKind {
@@ -51,6 +61,7 @@ pub struct SecurityConfig {
     pub sasl_session_lifetime: Option<Duration>,
     /// How long a failed login waits before its answer (and the connection's close).
     pub login_failure_delay: Duration,
+    pub ktls: KtlsMode,
 }
 
 impl Default for SecurityConfig {
@@ -64,6 +75,7 @@ impl Default for SecurityConfig {
             super_users: Vec::new(),
             sasl_session_lifetime: None,
             login_failure_delay: LOGIN_FAILURE_DELAY,
+            ktls: KtlsMode::Auto,
         }
     }
 }

@@ -16,7 +16,7 @@ use super::acl::{Acls, Authorizer, Principal};
 use super::config::{AuthorizerKind, SecurityConfig};
 use super::listener::SecurityProtocol;
 use super::store::StoreError;
-use super::tls::ktls::{self, KtlsSupport};
+use super::tls::ktls::KtlsSupport;
 use super::tls::{ClientAuth, TlsConfig, TlsError};
 use super::users::{Users, UsersError};
 
@@ -59,7 +59,12 @@ impl Security {
     /// none, so that the fake salts of unknown users stay the same across restarts) and the
     /// ACL file.
     pub fn open(config: &SecurityConfig, data_dir: &Path) -> Result<Security, SecurityError> {
-        let tls = config.tls.as_ref().map(load_tls).transpose()?;
+        let ktls = KtlsSupport::for_mode(config.ktls);
+        let tls = config
+            .tls
+            .as_ref()
+            .map(|files| load_tls(files, ktls.is_available()))
+            .transpose()?;
         let users = if config.uses_sasl() {
             Users::load_or_create(data_dir)?
         } else {
@@ -78,7 +83,7 @@ impl Security {
             tls: ArcSwapOption::new(tls.map(Arc::new)),
             users: ArcSwap::from_pointee(users),
             authorizer,
-            ktls: ktls::detect(),
+            ktls,
             data_dir: data_dir.to_path_buf(),
             changes: Mutex::new(()),
         })
@@ -124,7 +129,7 @@ impl Security {
         let Some(files) = &self.config.tls else {
             return Ok(());
         };
-        let configs = load_tls(files)?;
+        let configs = load_tls(files, self.ktls.is_available())?;
         self.tls.store(Some(Arc::new(configs)));
         Ok(())
     }
@@ -161,14 +166,15 @@ impl Security {
     }
 }
 
-fn load_tls(files: &super::config::TlsFiles) -> Result<ServerConfigs, TlsError> {
+/// `ktls`: the connections will try kernel TLS after their handshake.
+fn load_tls(files: &super::config::TlsFiles, ktls: bool) -> Result<ServerConfigs, TlsError> {
     let tls = TlsConfig::load(&files.cert, &files.key, files.client_ca.as_deref())?;
     let ssl = match files.client_ca {
-        Some(_) => Some(tls.server_config(ClientAuth::Required)?),
+        Some(_) => Some(tls.server_config(ClientAuth::Required, ktls)?),
         None => None,
     };
     Ok(ServerConfigs {
         ssl,
-        sasl_ssl: tls.server_config(ClientAuth::None)?,
+        sasl_ssl: tls.server_config(ClientAuth::None, ktls)?,
     })
 }

@@ -9,16 +9,18 @@ use std::time::Instant;
 use futures_lite::FutureExt;
 
 use glommio::net::TcpStream;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 pub use crate::limits::ConnectionSlot;
 use crate::metrics::counters::Metrics;
+use crate::security::acl::Principal;
 use crate::security::listener::WireProtocol;
 use crate::security::tls::principal_of_certificate;
 use crate::server::handoff::Place;
 use crate::server::io::read_exact;
+use crate::server::ktls::{self, Handover, RecordIo};
 use crate::server::session::{Accepted, Auth, Protocol, Session};
-use crate::server::stream::Stream;
+use crate::server::stream::{Stream, TlsStream};
 use crate::server::{hermit, kafka, native};
 use crate::shard::Shard;
 use crate::shard::calls::HandOff;
@@ -149,32 +151,74 @@ async fn secure(
         warn!(?peer, listener = %accepted.listener_name, "TLS listener without a TLS configuration; connection closed");
         return Ok(None);
     };
+    let ktls = accepted.security.ktls().is_available();
     let acceptor = futures_rustls::TlsAcceptor::from(config);
-    let tls = match handshake(deadline, acceptor.accept(tcp)).await {
-        Ok(tls) => Stream::Tls(Box::new(tls)),
+    let tls = match handshake(deadline, acceptor.accept(RecordIo::new(tcp, ktls))).await {
+        Ok(tls) => Box::new(tls),
         Err(error) => {
             Metrics::inc(&shard.metrics.tls_handshakes_failed);
             warn!(?peer, listener = %accepted.listener_name, %error, "TLS handshake failed; connection closed");
             return Ok(None);
         }
     };
-    Metrics::inc(&shard.metrics.tls_connections_userspace);
-    if security.uses_sasl() {
-        return Ok(Some((tls, unauthenticated)));
+    // The principal first: the move into kernel TLS drops the rustls state.
+    let auth = if security.uses_sasl() {
+        unauthenticated
+    } else {
+        match certificate_principal(shard, &tls, accepted, peer) {
+            Some(principal) => Auth::Certificate(principal),
+            None => return Ok(None),
+        }
+    };
+    if !ktls {
+        Metrics::inc(&shard.metrics.tls_connections_userspace);
+        return Ok(Some((Stream::Tls(tls), auth)));
     }
-    // SSL: the verifier required a certificate signed by the client CA.
-    let principal = tls.peer_certificate().map(principal_of_certificate);
+    let stream = match ktls::into_kernel(tls, deadline).await? {
+        Handover::Kernel(stream) => {
+            Metrics::inc(&shard.metrics.tls_connections_kernel);
+            Stream::Ktls(stream)
+        }
+        Handover::UserSpace(tls, reason) => {
+            Metrics::inc(&shard.metrics.tls_kernel_fallbacks);
+            Metrics::inc(&shard.metrics.tls_connections_userspace);
+            info!(?peer, listener = %accepted.listener_name, %reason, "TLS connection stays in user space instead of kernel TLS");
+            Stream::Tls(tls)
+        }
+        Handover::Failed(reason) => {
+            Metrics::inc(&shard.metrics.tls_kernel_failed);
+            warn!(?peer, listener = %accepted.listener_name, %reason, "the kernel refused the TLS keys after rustls gave them up; connection closed");
+            return Ok(None);
+        }
+    };
+    Ok(Some((stream, auth)))
+}
+
+/// SSL: the principal of the certificate the verifier required (signed by the client CA);
+/// `None` (counted and logged) when there is none or its subject is unusable.
+fn certificate_principal(
+    shard: &Shard,
+    tls: &TlsStream,
+    accepted: &Accepted,
+    peer: Option<std::net::SocketAddr>,
+) -> Option<Principal> {
+    let certificate = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|chain| chain.first());
+    let principal = certificate.map(|cert| principal_of_certificate(cert.as_ref()));
     match principal {
-        Some(Ok(principal)) => Ok(Some((tls, Auth::Certificate(principal)))),
+        Some(Ok(principal)) => Some(principal),
         Some(Err(error)) => {
             Metrics::inc(&shard.metrics.tls_handshakes_failed);
             warn!(?peer, listener = %accepted.listener_name, %error, "client certificate without a usable subject; connection closed");
-            Ok(None)
+            None
         }
         None => {
             Metrics::inc(&shard.metrics.tls_handshakes_failed);
             warn!(?peer, listener = %accepted.listener_name, "TLS client without a certificate on an SSL listener; connection closed");
-            Ok(None)
+            None
         }
     }
 }

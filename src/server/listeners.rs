@@ -59,13 +59,17 @@ pub(super) fn open_security(config: &BrokerConfig) -> Result<Arc<Security>, Serv
         info!(name = listener.name, security = %listener.security, addr = %listener.addr, "listener");
     }
     if config.security.tls.is_some() {
+        use crate::security::tls::ktls::KtlsSupport;
         match security.ktls() {
-            crate::security::tls::ktls::KtlsSupport::Available => info!(
-                "TLS is encrypted in user space (rustls); the kernel offers kTLS, which pagurus does not use yet"
+            KtlsSupport::Available => info!(
+                "TLS moves into kernel TLS after each handshake (the kernel offers the tls ULP): fetches over TLS use sendfile; pagurus_tls_connections_kernel_total counts the connections, pagurus_tls_kernel_fallbacks_total those that stayed in user space"
             ),
-            crate::security::tls::ktls::KtlsSupport::Unavailable { reason } => info!(
+            KtlsSupport::Unavailable { reason } => info!(
                 %reason,
-                "TLS is encrypted in user space (rustls): fetches over TLS read file ranges into memory instead of sendfile"
+                "TLS is encrypted in user space (rustls), kernel TLS unavailable: fetches over TLS read file ranges into memory instead of sendfile"
+            ),
+            KtlsSupport::Off => info!(
+                "TLS is encrypted in user space (rustls), kernel TLS off (--ktls off): fetches over TLS read file ranges into memory instead of sendfile"
             ),
         }
     }

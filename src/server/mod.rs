@@ -6,6 +6,7 @@
 //! - [`hermit`]: HermitMQ v1 producers (a front-end), consumers and commits.
 //! - [`handoff`]: moving a v1 connection to the core that owns its partition.
 //! - [`sendfile`]: zero-copy sends of segment bytes.
+//! - [`ktls`]: moving a TLS connection into kernel TLS after its handshake.
 //! - [`io`]: socket reads and writes shared by a connection's two tasks.
 //! - [`scrape`]: the `/metrics` endpoint.
 
@@ -16,6 +17,7 @@ pub mod handoff;
 pub mod hermit;
 pub mod io;
 pub mod kafka;
+pub mod ktls;
 mod listeners;
 pub mod native;
 pub mod read_buf;

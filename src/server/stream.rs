@@ -1,9 +1,11 @@
 //! A connection's byte stream: the TCP socket itself, or TLS over it.
 //!
-//! TLS is rustls driven by `futures-rustls`, encrypting in user space: segment bytes must
-//! then pass through a buffer to be encrypted, so [`Stream::sends_files`] is false and the
-//! outbox reads file ranges instead of sendfile-ing them. (Kernel TLS, where the kernel has
-//! the `tls` ULP, would keep sendfile; see docs/SECURITY.md for where that stands.)
+//! TLS is rustls driven by `futures-rustls`. Where the kernel offers the `tls` ULP the
+//! connection moves into kernel TLS after its handshake ([`Stream::Ktls`], `server::ktls`):
+//! the socket then reads and writes plaintext, and sendfile keeps working. Otherwise rustls
+//! encrypts in user space ([`Stream::Tls`]): segment bytes must then pass through a buffer
+//! to be encrypted, so [`Stream::sends_files`] is false and the outbox reads file ranges
+//! instead of sendfile-ing them.
 //!
 //! The reader and the writer tasks of a session share one stream in a `RefCell` and borrow
 //! it only within one `poll` (`server::io`); a TLS stream's read and write halves share the
@@ -16,12 +18,17 @@ use std::task::{Context, Poll};
 use futures_lite::{AsyncRead, AsyncWrite};
 use glommio::net::TcpStream;
 
+use crate::server::ktls::{KtlsStream, RecordIo};
+
 /// A TLS session over a TCP socket, server side.
-pub type TlsStream = futures_rustls::server::TlsStream<TcpStream>;
+pub type TlsStream = futures_rustls::server::TlsStream<RecordIo>;
 
 pub enum Stream {
     Plain(TcpStream),
+    /// TLS encrypted in user space.
     Tls(Box<TlsStream>),
+    /// TLS encrypted by the kernel.
+    Ktls(KtlsStream),
 }
 
 impl Stream {
@@ -29,33 +36,23 @@ impl Stream {
     pub fn tcp(&self) -> &TcpStream {
         match self {
             Stream::Plain(tcp) => tcp,
-            Stream::Tls(tls) => tls.get_ref().0,
+            Stream::Tls(tls) => tls.get_ref().0.tcp(),
+            Stream::Ktls(ktls) => ktls.tcp(),
         }
     }
 
-    /// True when bytes written to the socket itself reach the client as they are, so file
-    /// ranges may go with sendfile; false under user-space TLS.
+    /// True when bytes written to the socket itself reach the client (in the clear, or
+    /// encrypted by the kernel), so file ranges may go with sendfile; false under
+    /// user-space TLS.
     pub fn sends_files(&self) -> bool {
-        self.is_plain()
+        matches!(self, Stream::Plain(_) | Stream::Ktls(_))
     }
 
     /// True for a plain TCP stream: all its state is in the descriptor (it may be handed to
-    /// another core).
+    /// another core). A kTLS stream's keys are in the descriptor too, but its principal and
+    /// any plaintext rustls decrypted before the hand-over are not, so it stays.
     pub fn is_plain(&self) -> bool {
         matches!(self, Stream::Plain(_))
-    }
-
-    /// The client certificate the TLS handshake verified (the first of its chain), if any.
-    pub fn peer_certificate(&self) -> Option<&[u8]> {
-        match self {
-            Stream::Plain(_) => None,
-            Stream::Tls(tls) => tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .map(|cert| cert.as_ref()),
-        }
     }
 }
 
@@ -68,6 +65,7 @@ impl AsyncRead for Stream {
         match self.get_mut() {
             Stream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
             Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_read(cx, buf),
+            Stream::Ktls(ktls) => Pin::new(ktls).poll_read(cx, buf),
         }
     }
 }
@@ -81,6 +79,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
             Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_write(cx, buf),
+            Stream::Ktls(ktls) => Pin::new(ktls).poll_write(cx, buf),
         }
     }
 
@@ -88,6 +87,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
             Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_flush(cx),
+            Stream::Ktls(ktls) => Pin::new(ktls).poll_flush(cx),
         }
     }
 
@@ -95,6 +95,7 @@ impl AsyncWrite for Stream {
         match self.get_mut() {
             Stream::Plain(tcp) => Pin::new(tcp).poll_close(cx),
             Stream::Tls(tls) => Pin::new(tls.as_mut()).poll_close(cx),
+            Stream::Ktls(ktls) => Pin::new(ktls).poll_close(cx),
         }
     }
 }

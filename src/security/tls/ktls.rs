@@ -2,10 +2,14 @@
 //! numbers go to the kernel (`setsockopt(SOL_TLS, TLS_TX/TLS_RX)`), which then encrypts
 //! and decrypts; sendfile from a segment file keeps working on the socket. This module
 //! detects whether the kernel offers it and turns rustls's extracted secrets into the
-//! kernel's `tls12_crypto_info_*` structures (linux/tls.h). Handing them to a socket is the
-//! session's job, not done yet (docs/SECURITY.md).
+//! kernel's `tls12_crypto_info_*` structures (linux/tls.h). Handing them to a socket is
+//! `server::ktls`.
 
-use rustls::{ConnectionTrafficSecrets, ExtractedSecrets, ProtocolVersion};
+use rustls::{CipherSuite, ConnectionTrafficSecrets, ExtractedSecrets, ProtocolVersion};
+
+use zeroize::{Zeroize, Zeroizing};
+
+use crate::security::config::KtlsMode;
 
 /// The file that lists the TCP upper-layer protocols the kernel has loaded.
 pub const AVAILABLE_ULP: &str = "/proc/sys/net/ipv4/tcp_available_ulp";
@@ -15,7 +19,25 @@ pub const AVAILABLE_ULP: &str = "/proc/sys/net/ipv4/tcp_available_ulp";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KtlsSupport {
     Available,
-    Unavailable { reason: String },
+    Unavailable {
+        reason: String,
+    },
+    /// Turned off (`--ktls off`).
+    Off,
+}
+
+impl KtlsSupport {
+    /// What `mode` gives on this machine: [`detect`] unless turned off.
+    pub fn for_mode(mode: KtlsMode) -> KtlsSupport {
+        match mode {
+            KtlsMode::Auto => detect(),
+            KtlsMode::Off => KtlsSupport::Off,
+        }
+    }
+
+    pub fn is_available(&self) -> bool {
+        matches!(self, KtlsSupport::Available)
+    }
 }
 
 /// Reads [`AVAILABLE_ULP`]: kTLS needs the `tls` ULP (`modprobe tls` loads it).
@@ -48,6 +70,24 @@ const TLS_CIPHER_AES_GCM_128: u16 = 51;
 const TLS_CIPHER_AES_GCM_256: u16 = 52;
 const TLS_CIPHER_CHACHA20_POLY1305: u16 = 54;
 
+/// True when [`CryptoInfo::new`] takes the secrets of `suite` (AES-GCM and
+/// ChaCha20-Poly1305, TLS 1.2 and 1.3): checked before the secrets are taken out of rustls,
+/// which consumes the connection.
+pub fn kernel_has_cipher(suite: CipherSuite) -> bool {
+    matches!(
+        suite,
+        CipherSuite::TLS13_AES_128_GCM_SHA256
+            | CipherSuite::TLS13_AES_256_GCM_SHA384
+            | CipherSuite::TLS13_CHACHA20_POLY1305_SHA256
+            | CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
+            | CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384
+            | CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+            | CipherSuite::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256
+            | CipherSuite::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384
+            | CipherSuite::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256
+    )
+}
+
 /// One direction's `tls12_crypto_info_*`: what `setsockopt(SOL_TLS, TLS_TX or TLS_RX)`
 /// takes. Its `Debug` shows no key.
 #[derive(Clone, PartialEq, Eq)]
@@ -61,6 +101,15 @@ pub struct CryptoInfo {
     pub salt: Vec<u8>,
     /// The next record's sequence number, big-endian.
     pub rec_seq: [u8; 8],
+}
+
+/// The key and nonce are wiped when the structure goes, as rustls wipes its own copies.
+impl Drop for CryptoInfo {
+    fn drop(&mut self) {
+        self.key.zeroize();
+        self.iv.zeroize();
+        self.salt.zeroize();
+    }
 }
 
 impl std::fmt::Debug for CryptoInfo {
@@ -142,9 +191,11 @@ impl CryptoInfo {
 
     /// The structure's bytes as the kernel lays it out: `u16 version, u16 cipher_type` (host
     /// order), then `iv, key, salt, rec_seq`, no padding (every field after the header is a
-    /// byte array).
-    pub fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + self.iv.len() + self.key.len() + self.salt.len() + 8);
+    /// byte array). Wiped when dropped.
+    pub fn to_bytes(&self) -> Zeroizing<Vec<u8>> {
+        let mut out = Zeroizing::new(Vec::with_capacity(
+            4 + self.iv.len() + self.key.len() + self.salt.len() + 8,
+        ));
         out.extend_from_slice(&self.version.to_ne_bytes());
         out.extend_from_slice(&self.cipher_type.to_ne_bytes());
         out.extend_from_slice(&self.iv);

@@ -100,8 +100,16 @@ impl TlsConfig {
     }
 
     /// The rustls server configuration of a listener. Secret extraction is on, so that a
-    /// finished handshake can move into kernel TLS ([`ktls`]).
-    pub fn server_config(&self, auth: ClientAuth) -> Result<Arc<ServerConfig>, TlsError> {
+    /// finished handshake can move into kernel TLS ([`ktls`]). With `ktls`, no TLS 1.3
+    /// session tickets: they are messages rustls would send after the handshake, and once
+    /// the keys are in the kernel rustls sends nothing more (the kernel would not know the
+    /// records it had encrypted). Resumption then needs a full handshake, which is rare
+    /// for a broker's long-lived connections.
+    pub fn server_config(
+        &self,
+        auth: ClientAuth,
+        ktls: bool,
+    ) -> Result<Arc<ServerConfig>, TlsError> {
         let config = |e: rustls::Error| TlsError::Config(e.to_string());
         let builder = ServerConfig::builder_with_provider(Arc::clone(&self.provider))
             .with_safe_default_protocol_versions()
@@ -120,6 +128,9 @@ impl TlsConfig {
         let mut server =
             builder.with_cert_resolver(Arc::new(SingleCertAndKey::from(Arc::clone(&self.key))));
         server.enable_secret_extraction = true;
+        if ktls {
+            server.send_tls13_tickets = 0;
+        }
         Ok(Arc::new(server))
     }
 }

@@ -11,7 +11,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, Connection, RootCertStore, SupportedCipherSuite};
 use rustls_pki_types::ServerName;
 
-use super::ktls::CryptoInfo;
+use super::ktls::{self, CryptoInfo};
 use super::*;
 
 /// A CA, a server certificate for localhost and a client certificate for alice, in PEM
@@ -132,7 +132,7 @@ fn client_of(
 }
 
 fn server(pki: &Pki, auth: ClientAuth) -> Connection {
-    let config = pki.config().server_config(auth).unwrap();
+    let config = pki.config().server_config(auth, true).unwrap();
     rustls::ServerConnection::new(config).unwrap().into()
 }
 
@@ -164,15 +164,15 @@ fn good_files_load_and_make_both_listener_configs() {
     let pki = Pki::new();
     let config = pki.config();
     assert!(!config.not_after.is_empty());
-    config.server_config(ClientAuth::Required).unwrap();
-    config.server_config(ClientAuth::None).unwrap();
+    config.server_config(ClientAuth::Required, false).unwrap();
+    config.server_config(ClientAuth::None, false).unwrap();
     let (cert, key) = pki.server();
     let no_ca = TlsConfig::load(&cert, &key, None).unwrap();
     assert!(matches!(
-        no_ca.server_config(ClientAuth::Required),
+        no_ca.server_config(ClientAuth::Required, false),
         Err(TlsError::NoClientCa)
     ));
-    no_ca.server_config(ClientAuth::None).unwrap();
+    no_ca.server_config(ClientAuth::None, false).unwrap();
 }
 
 #[test]
@@ -325,6 +325,57 @@ fn ktls_secrets_of_both_sides_match_for_tls13_and_tls12() {
     check_extraction(TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, 52, 56);
 }
 
+/// Every cipher suite the broker's own configuration offers, TLS 1.2 and 1.3: a handshake
+/// with it gives secrets the kernel structures take (the suite passes the check made
+/// before rustls gives its secrets up), and, with kTLS on, rustls sent nothing after the
+/// handshake (no TLS 1.3 session tickets: their records would be counted by rustls, not
+/// by the kernel).
+#[test]
+fn every_suite_the_broker_offers_gives_secrets_the_kernel_takes() {
+    let pki = Pki::new();
+    let config = pki.config().server_config(ClientAuth::None, true).unwrap();
+    let suites = config.crypto_provider().cipher_suites.clone();
+    let mut versions = std::collections::BTreeSet::new();
+    for suite in suites {
+        assert!(ktls::kernel_has_cipher(suite.suite()), "{suite:?}");
+        // The test certificate's key is ECDSA; the RSA suites of TLS 1.2 have the same
+        // ciphers (checked just above).
+        if !suite.usable_for_signature_algorithm(rustls::SignatureAlgorithm::ECDSA) {
+            continue;
+        }
+        let (mut c, mut s): (Connection, Connection) = (
+            client(&pki, Some(suite), false),
+            rustls::ServerConnection::new(Arc::clone(&config))
+                .unwrap()
+                .into(),
+        );
+        pump(&mut c, &mut s).unwrap();
+        assert!(!s.is_handshaking() && !s.wants_write(), "{suite:?}");
+        let version = s.protocol_version().unwrap();
+        versions.insert(u16::from(version));
+        let secrets = s.dangerous_extract_secrets().unwrap();
+        let tx_seq = secrets.tx.0;
+        let (tx, rx) = CryptoInfo::pair(version, &secrets).unwrap();
+        assert_eq!(tx.to_bytes().len(), rx.to_bytes().len(), "{suite:?}");
+        if version == rustls::ProtocolVersion::TLSv1_3 {
+            assert_eq!(
+                tx_seq, 0,
+                "{suite:?}: rustls sent records after the handshake"
+            );
+        }
+    }
+    assert_eq!(versions.len(), 2, "TLS 1.2 and 1.3 offered: {versions:?}");
+    // Without kTLS, TLS 1.3 tickets are sent after the handshake, as rustls does by default.
+    let config = pki.config().server_config(ClientAuth::None, false).unwrap();
+    let suite = rustls::crypto::aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256;
+    let (mut c, mut s): (Connection, Connection) = (
+        client(&pki, Some(suite), false),
+        rustls::ServerConnection::new(config).unwrap().into(),
+    );
+    pump(&mut c, &mut s).unwrap();
+    assert_ne!(s.dangerous_extract_secrets().unwrap().tx.0, 0);
+}
+
 /// The shell block after `<!-- openssl setup -->` in docs/SECURITY.md.
 fn openssl_setup() -> String {
     let doc =
@@ -368,7 +419,7 @@ fn the_openssl_setup_in_the_docs_loads() {
     let (alice, alice_key) = (file("alice.pem"), file("alice.key"));
     let mut c = client_of(&ca_pem, None, Some((&alice, &alice_key)));
     let mut s: Connection =
-        rustls::ServerConnection::new(config.server_config(ClientAuth::Required).unwrap())
+        rustls::ServerConnection::new(config.server_config(ClientAuth::Required, false).unwrap())
             .unwrap()
             .into();
     pump(&mut c, &mut s).unwrap();
