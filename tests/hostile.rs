@@ -645,6 +645,15 @@ fn unauthenticated_and_half_authenticated_clients_are_cut_off() {
         );
         conn.call(ApiKey::SaslHandshake, 1, &handshake);
         silent.push(conn.stream);
+        // Native: the login's first step answered, then silence.
+        let mut native = pagurus::client::blocking::Client::connect(sasl).unwrap();
+        let first = pagurus::protocol::native::Request::Authenticate {
+            mechanism: b"SCRAM-SHA-512",
+            token: b"n,,n=alice,r=half-a-login-nonce",
+        };
+        let id = native.send(&first).unwrap();
+        native.expect(id).unwrap();
+        silent.push(native.stream().tcp().try_clone().unwrap());
     }
     // Requests before the login: closed at once, unanswered.
     for _ in 0..EACH {
@@ -662,6 +671,13 @@ fn unauthenticated_and_half_authenticated_clients_are_cut_off() {
         let mut rest = Vec::new();
         let _ = std::io::Read::read_to_end(&mut conn.stream, &mut rest);
         assert!(rest.is_empty(), "answered before the login: {rest:?}");
+        // Native too: a request before the login closes the connection unanswered.
+        let mut native = pagurus::client::blocking::Client::connect(sasl).unwrap();
+        let unanswered = native.metadata(&[]);
+        assert!(
+            matches!(unanswered, Err(pagurus::client::ClientError::Io(_))),
+            "a native request was answered before the login: {unanswered:?}"
+        );
     }
     // Wrong passwords in parallel: each answered SASL_AUTHENTICATION_FAILED no sooner than
     // the failure delay.
