@@ -12,6 +12,7 @@ mod io_buffers_log;
 mod log_limit;
 mod produce;
 mod profile;
+mod routed;
 mod serve;
 mod serve_security;
 mod topics;
@@ -398,13 +399,22 @@ fn reconnect(
     extra: Duration,
     why: &ClientError,
 ) -> Result<Client, String> {
+    reconnect_to(&target.address(), reconnect, why, || target.connect(extra))
+}
+
+/// [`reconnect`] to `address`, each attempt made by `connect`.
+fn reconnect_to(
+    address: &str,
+    reconnect: &ReconnectArgs,
+    why: &ClientError,
+    mut connect: impl FnMut() -> Result<Client, String>,
+) -> Result<Client, String> {
     let budget = Duration::from_millis(reconnect.reconnect_ms);
     if budget.is_zero() {
         return Err(describe(why));
     }
     eprintln!(
-        "pagurus: lost the broker at {} ({}); reconnecting for up to {} ms",
-        target.address(),
+        "pagurus: lost the broker at {address} ({}); reconnecting for up to {} ms",
         describe(why),
         budget.as_millis()
     );
@@ -414,9 +424,9 @@ fn reconnect(
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         std::thread::sleep(pause.min(left));
         pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
-        match target.connect(extra) {
+        match connect() {
             Ok(client) => {
-                eprintln!("pagurus: reconnected to {}", target.address());
+                eprintln!("pagurus: reconnected to {address}");
                 return Ok(client);
             }
             Err(e) if std::time::Instant::now() >= deadline => {

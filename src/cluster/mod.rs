@@ -16,7 +16,7 @@
 //! - [`status`]: what the node knows, shared with every core; [`identity`]: the cluster id;
 //!   [`table`]: the shard's placement on a cluster node, from the controller's topics.
 //!
-//! What is not wired yet (clients routed between nodes, replication, ...): docs/CLUSTER.md.
+//! What is not wired yet (replication, ...): docs/CLUSTER.md.
 
 pub mod config;
 pub mod controller;
@@ -29,6 +29,26 @@ pub mod transport;
 pub mod wire;
 
 use std::fmt;
+
+/// Checks a new topic's replication factor (Kafka's CreateTopics, `pagurus topics create
+/// --replication-factor`) against the live nodes; the refusal says why. -1 (Kafka's "the
+/// default") and 1 are taken; above the live nodes is refused; above 1 is refused too
+/// while partitions are not replicated (every partition keeps one copy).
+pub fn check_replication_factor(requested: i32, live_nodes: usize) -> Result<(), String> {
+    match requested {
+        -1 | 1 => Ok(()),
+        ..=0 => Err(format!(
+            "replication factor {requested}: it must be at least 1 (or -1, the default)"
+        )),
+        r if r as usize > live_nodes => Err(format!(
+            "replication factor {r} is more than the {live_nodes} live node{}",
+            if live_nodes == 1 { "" } else { "s" }
+        )),
+        r => Err(format!(
+            "replication factor {r}: partition replication is not built yet, every partition keeps one copy (use 1)"
+        )),
+    }
+}
 
 /// A node's id in the cluster (`--node-id`), also its Raft id in every group. 0 is the
 /// broker started alone (raft-rs reserves id 0 for "none"), so members are
