@@ -3,7 +3,8 @@
 //! client's ClusterStatus on every node), a kill -9 of the leader is replaced within 5 s
 //! with the default timeouts, and the killed node rejoins from its data directory without
 //! deposing the new leader (pre-vote). A node's data directory refuses another node id.
-//! Network partitions (link down in network namespaces) are `scripts/cluster-netns.sh`'s.
+//! Network partitions (link down in network namespaces) are `tests/cluster_netns.rs`'s and
+//! `scripts/cluster-netns.sh`'s; restarts of every node and 5 nodes `tests/cluster_restart.rs`'s.
 
 mod common;
 
