@@ -97,3 +97,28 @@ impl fmt::Display for ClusterId {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod replication_factor_tests {
+    use super::check_replication_factor;
+
+    #[test]
+    fn one_and_the_default_are_taken_and_the_rest_refused_saying_why() {
+        assert_eq!(check_replication_factor(1, 3), Ok(()));
+        assert_eq!(check_replication_factor(-1, 1), Ok(()));
+        let why = |r, live| check_replication_factor(r, live).unwrap_err();
+        assert!(why(0, 3).contains("at least 1"), "{}", why(0, 3));
+        assert!(why(-2, 3).contains("at least 1"));
+        assert!(
+            why(2, 1).contains("more than the 1 live node"),
+            "{}",
+            why(2, 1)
+        );
+        assert!(why(4, 3).contains("more than the 3 live nodes"));
+        assert!(
+            why(3, 3).contains("replication is not built yet"),
+            "{}",
+            why(3, 3)
+        );
+    }
+}
