@@ -3,139 +3,18 @@
 //! client's ClusterStatus on every node), a kill -9 of the leader is replaced within 5 s
 //! with the default timeouts, and the killed node rejoins from its data directory without
 //! deposing the new leader (pre-vote). A node's data directory refuses another node id.
-//! Network partitions (link down in network namespaces) are `scripts/cluster-netns.sh`'s.
+//! Network partitions (link down in network namespaces) are `tests/cluster_netns.rs`'s and
+//! `scripts/cluster-netns.sh`'s; restarts of every node and 5 nodes `tests/cluster_restart.rs`'s.
 
 mod common;
 
-use std::net::TcpListener;
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Broker;
-use pagurus::protocol::native::ClusterStatusResponse;
-
-/// ClusterStatus's role code of a leader (docs/PROTOCOL.md).
-const LEADER: u8 = 4;
-
-/// A free port below the ephemeral range (a restarted node binds it again).
-fn free_port() -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    for attempt in 0..1000u64 {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(attempt);
-        let port = (10_000 + hasher.finish() % 22_000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port found");
-}
-
-struct Cluster {
-    nodes: Vec<Broker>,
-    /// `--cluster-peers`, the same for every node.
-    peers: String,
-    cluster_ports: Vec<u16>,
-}
-
-impl Cluster {
-    fn start(dir: &Path, size: u16) -> Cluster {
-        let cluster_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
-        let peers = cluster_ports
-            .iter()
-            .enumerate()
-            .map(|(i, port)| format!("{}=127.0.0.1:{port}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",");
-        let nodes = (1..=size)
-            .map(|id| {
-                let listen = format!("127.0.0.1:{}", cluster_ports[usize::from(id) - 1]);
-                let args = cluster_args(id, &listen, &peers);
-                let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                Broker::start_in(&dir.join(format!("node{id}")), 1, &args)
-            })
-            .collect();
-        Cluster {
-            nodes,
-            peers,
-            cluster_ports,
-        }
-    }
-
-    /// The node with id `id` (ids count from 1).
-    fn node(&mut self, id: u16) -> &mut Broker {
-        &mut self.nodes[usize::from(id) - 1]
-    }
-}
-
-fn cluster_args(id: u16, listen: &str, peers: &str) -> Vec<String> {
-    [
-        "--no-shard-ports",
-        "--node-id",
-        &id.to_string(),
-        "--cluster-listen",
-        listen,
-        "--cluster-peers",
-        peers,
-    ]
-    .map(String::from)
-    .to_vec()
-}
-
-fn status(node: &Broker) -> Option<ClusterStatusResponse> {
-    let mut client = pagurus::client::blocking::Client::connect(node.addr).ok()?;
-    client.cluster_status().ok()
-}
-
-/// Waits until every node in `ids` names the same leader, that leader says it leads, and
-/// every node sees `live` registered nodes live; returns the leader and its term. Panics
-/// with what each node said after `within`.
-fn agreed(cluster: &Cluster, ids: &[u16], live: usize, within: Duration) -> (u16, u64) {
-    let deadline = Instant::now() + within;
-    loop {
-        let seen: Vec<Option<ClusterStatusResponse>> = ids
-            .iter()
-            .map(|&id| status(&cluster.nodes[usize::from(id) - 1]))
-            .collect();
-        if let Some(Some(first)) = seen.first() {
-            let leader = first.leader;
-            let all = seen.iter().flatten().collect::<Vec<_>>();
-            let agree = all.len() == ids.len()
-                && leader != 0
-                && all
-                    .iter()
-                    .all(|s| s.leader == leader && s.term == first.term)
-                && all
-                    .iter()
-                    .all(|s| s.nodes.iter().filter(|n| n.live).count() == live)
-                && all.iter().any(|s| s.node == leader && s.role == LEADER);
-            if agree {
-                return (leader, first.term);
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nodes {ids:?} did not agree within {within:?}: {seen:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// `pagurus cluster status --output json` against `node`.
-fn cli_status(node: &Broker) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_pagurus"))
-        .args(["cluster", "status", "--output", "json", "--broker"])
-        .arg(node.addr.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use common::cluster::{
+    Cluster, agreed, cli_status, cluster_args, eventually, partitions_on, status,
+};
 
 #[test]
 fn three_nodes_elect_one_leader_replace_it_when_killed_and_take_it_back() {
@@ -262,29 +141,6 @@ fn a_broker_without_cluster_flags_is_a_one_node_cluster() {
     assert!(!dir.path().join("data/cluster").exists());
 }
 
-/// The partitions of `topic` with a directory in node `id`'s data directory.
-fn partitions_on(dir: &Path, id: u16, topic: &str) -> Vec<u32> {
-    let Ok(entries) = std::fs::read_dir(dir.join(format!("node{id}/topics/{topic}"))) else {
-        return Vec::new();
-    };
-    let mut found: Vec<u32> = entries
-        .flatten()
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    found.sort_unstable();
-    found
-}
-
-/// Waits until `check` holds, for at most 10 s.
-fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !check() {
-        assert!(Instant::now() < deadline, "not within 10 s: {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn topics_go_through_the_controller_and_each_node_makes_its_share() {
     use pagurus::protocol::native::{ErrorCode, TopicSettings};
@@ -310,11 +166,12 @@ fn topics_go_through_the_controller_and_each_node_makes_its_share() {
             partitions_on(dir.path(), id, "orders").len() == 4
         });
         all.extend(partitions_on(dir.path(), id, "orders"));
-        let metadata = cluster.node(id).client().metadata(&[]).unwrap();
-        assert!(
-            metadata.topics.iter().any(|t| t.name == "orders"),
-            "{metadata:?}"
-        );
+        // A node makes the partition files, then publishes the topic to its cores: under
+        // load, its metadata can lag the files by a moment.
+        eventually(&format!("node {id} lists the topic"), || {
+            let metadata = cluster.node(id).client().metadata(&[]).unwrap();
+            metadata.topics.iter().any(|t| t.name == "orders")
+        });
     }
     all.sort_unstable();
     assert_eq!(

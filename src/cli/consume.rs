@@ -8,11 +8,12 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::cli::format::{Format, Record};
-use crate::cli::{BrokerArgs, ReconnectArgs, connection_lost, describe, reconnect};
-use crate::client::blocking::Client;
+use crate::cli::routed::{reconnect_at, routed};
+use crate::cli::{BrokerArgs, ReconnectArgs, connection_lost, describe};
 use crate::client::consume::{Batch, StartAt};
+use crate::client::routing::Routed;
 use crate::limits::Limits;
-use crate::protocol::native::{ErrorCode, OffsetSpec};
+use crate::protocol::native::{ErrorCode, MetadataResponse, OffsetSpec};
 use crate::protocol::record::{BatchFormat, BatchHeader};
 
 #[derive(Debug, Args)]
@@ -74,17 +75,19 @@ pub fn run(args: ConsumeArgs) -> Result<(), String> {
         return super::consume_group::run(&args, group);
     }
     let wait_ms = if args.exit_at_end { 0 } else { args.wait_ms };
-    let mut client = args.target.connect(Duration::from_millis(wait_ms.into()))?;
+    // Routed: on a cluster, a partition of another node is read from that node.
+    let extra = Duration::from_millis(wait_ms.into());
+    let (mut routed, metadata) = routed(&args.target, extra, &[&args.topic])?;
     let partitions = match args.partition {
         Some(partition) => vec![partition],
-        None => all_partitions(&mut client, &args.topic)?,
+        None => all_partitions(&metadata, &args.topic)?,
     };
     let mut cursors = Vec::with_capacity(partitions.len());
     for partition in partitions {
-        cursors.push(Cursor::start(&mut client, &args, partition)?);
+        cursors.push(Cursor::start(&mut routed, &args, partition)?);
     }
     let mut consumer = Consumer {
-        client,
+        routed,
         args: &args,
         out: std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock()),
         cursors,
@@ -97,10 +100,7 @@ pub fn run(args: ConsumeArgs) -> Result<(), String> {
 }
 
 /// Every partition of `topic`; an unknown topic is an error (a consumer creates nothing).
-fn all_partitions(client: &mut Client, topic: &str) -> Result<Vec<u32>, String> {
-    let metadata = client
-        .metadata(&[topic])
-        .map_err(|e| format!("reading the metadata of {topic}: {}", describe(&e)))?;
+fn all_partitions(metadata: &MetadataResponse, topic: &str) -> Result<Vec<u32>, String> {
     let found = metadata.topics.iter().find(|t| t.name == topic);
     match found {
         Some(t) if t.error == 0 => Ok((0..t.partitions.len() as u32).collect()),
@@ -119,7 +119,7 @@ struct Cursor {
 }
 
 impl Cursor {
-    fn start(client: &mut Client, args: &ConsumeArgs, partition: u32) -> Result<Cursor, String> {
+    fn start(client: &mut Routed, args: &ConsumeArgs, partition: u32) -> Result<Cursor, String> {
         // Asked first in every case: it fails for a topic that does not exist, where a
         // fetch would create it.
         let earliest = list_offset(client, args, partition, OffsetSpec::Earliest)?;
@@ -139,13 +139,15 @@ impl Cursor {
 }
 
 fn list_offset(
-    client: &mut Client,
+    routed: &mut Routed,
     args: &ConsumeArgs,
     partition: u32,
     spec: OffsetSpec,
 ) -> Result<u64, String> {
-    client
-        .list_offsets(&args.topic, partition, spec)
+    routed
+        .on_owner(&args.topic, partition, |client| {
+            client.list_offsets(&args.topic, partition, spec)
+        })
         .map_err(|e| {
             format!(
                 "finding the start offset in {}/{partition}: {}",
@@ -169,7 +171,7 @@ impl From<String> for Stop {
 }
 
 struct Consumer<'a, W: Write> {
-    client: Client,
+    routed: Routed,
     args: &'a ConsumeArgs,
     out: W,
     cursors: Vec<Cursor>,
@@ -218,16 +220,20 @@ impl<W: Write> Consumer<'_, W> {
             max_payload_bytes: u64::MAX,
         };
         let (partition, next) = (self.cursors[i].partition, self.cursors[i].next);
+        let (topic, max_bytes) = (&self.args.topic, self.args.max_bytes);
         let fetched = loop {
-            match self
-                .client
-                .fetch(&self.args.topic, partition, next, self.args.max_bytes, wait)
-            {
+            let fetched = self.routed.on_owner(topic, partition, |client| {
+                client.fetch(topic, partition, next, max_bytes, wait)
+            });
+            match fetched {
                 Ok(fetched) => break fetched,
                 // A restarted broker: go on at the next offset on a new connection.
                 Err(e) if connection_lost(&e) => {
-                    self.client = reconnect(&self.args.target, &self.args.reconnect, wait, &e)
+                    let addr = self.routed.address(topic, partition);
+                    let (target, retry) = (&self.args.target, &self.args.reconnect);
+                    let client = reconnect_at(target, &self.routed, addr, retry, wait, &e)
                         .map_err(|e| self.fetch_error(i, e))?;
+                    self.routed.replace(addr, client);
                 }
                 Err(e) => return Err(self.fetch_error(i, describe(&e)).into()),
             }

@@ -13,6 +13,7 @@ mod io_buffers_log;
 mod log_limit;
 mod produce;
 mod profile;
+mod routed;
 mod security_online;
 mod serve;
 mod serve_security;
@@ -80,9 +81,9 @@ pub enum Command {
     /// Show the cluster as the node asked knows it: nodes, their liveness, the controller
     /// leader and term.
     Cluster(cluster::ClusterArgs),
-    /// Create, delete and list users on a stopped broker's data directory.
+    /// Create, delete and list users: online, or on a stopped broker's data directory.
     Users(users::UsersArgs),
-    /// Add, remove and list ACLs on a stopped broker's data directory.
+    /// Add, remove and list ACLs: online, or on a stopped broker's data directory.
     Acls(acls::AclsArgs),
     /// Drive a running broker and report throughput and latency percentiles.
     Bench(crate::bench::BenchArgs),
@@ -439,13 +440,22 @@ fn reconnect(
     extra: Duration,
     why: &ClientError,
 ) -> Result<Client, String> {
+    reconnect_to(&target.address(), reconnect, why, || target.connect(extra))
+}
+
+/// [`reconnect`] to `address`, each attempt made by `connect`.
+fn reconnect_to(
+    address: &str,
+    reconnect: &ReconnectArgs,
+    why: &ClientError,
+    mut connect: impl FnMut() -> Result<Client, String>,
+) -> Result<Client, String> {
     let budget = Duration::from_millis(reconnect.reconnect_ms);
     if budget.is_zero() {
         return Err(describe(why));
     }
     eprintln!(
-        "pagurus: lost the broker at {} ({}); reconnecting for up to {} ms",
-        target.address(),
+        "pagurus: lost the broker at {address} ({}); reconnecting for up to {} ms",
         describe(why),
         budget.as_millis()
     );
@@ -455,9 +465,9 @@ fn reconnect(
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         std::thread::sleep(pause.min(left));
         pause = (pause * 2).min(RECONNECT_PAUSE_MAX);
-        match target.connect(extra) {
+        match connect() {
             Ok(client) => {
-                eprintln!("pagurus: reconnected to {}", target.address());
+                eprintln!("pagurus: reconnected to {address}");
                 return Ok(client);
             }
             Err(e) if std::time::Instant::now() >= deadline => {

@@ -13,17 +13,20 @@
 
 use std::collections::VecDeque;
 use std::io::BufRead;
+use std::net::SocketAddr;
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::time::{Duration, Instant};
 
 use clap::Args;
 
+use crate::cli::routed::{reconnect_at, routed};
 use crate::cli::{
-    BrokerArgs, ReconnectArgs, broker_stopping, connection_lost, describe, on_interrupt, reconnect,
+    BrokerArgs, ReconnectArgs, broker_stopping, connection_lost, describe, on_interrupt,
 };
 use crate::client::ClientError;
-use crate::client::blocking::Client;
 use crate::client::produce::{Accumulator, BatchLimits, ProduceFrame};
+use crate::client::routing::{NOT_HERE_RETRIES, Routed};
+use crate::protocol::native::{ErrorCode, MetadataResponse};
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
@@ -86,14 +89,16 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
             "{acked} records acknowledged to {topic}; any sent after them may or may not be stored"
         )
     });
-    let mut client = args.target.connect(Duration::ZERO)?;
+    // Routed: on a cluster, a partition of another node goes to that node.
+    let (routed, metadata) = routed(&args.target, Duration::ZERO, &[&args.topic])?;
     let partitions = match args.partition {
         Some(_) => 1,
-        None => partition_count(&mut client, &args.topic)?,
+        None => partition_count(&metadata, &args.topic),
     };
     let started = Instant::now();
     let mut producer = Producer {
-        client,
+        routed,
+        moved_tries: 0,
         args: &args,
         partitions,
         accumulator: Accumulator::new(BatchLimits {
@@ -119,7 +124,7 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
         let in_doubt: u64 = producer
             .pending
             .iter()
-            .map(|(_, f)| u64::from(f.records()))
+            .map(|(_, _, f)| u64::from(f.records()))
             .sum();
         return Err(format!(
             "{e} ({} records acknowledged; {in_doubt} sent and not acknowledged, which may or may not be stored; {} not sent)",
@@ -165,15 +170,12 @@ pub fn run(args: ProduceArgs) -> Result<(), String> {
 
 /// The topic's partition count, or 1 for a topic that does not exist yet (the first
 /// produce creates it with one partition).
-fn partition_count(client: &mut Client, topic: &str) -> Result<u32, String> {
-    let metadata = client
-        .metadata(&[topic])
-        .map_err(|e| format!("reading the metadata of {topic}: {}", describe(&e)))?;
-    Ok(metadata
+fn partition_count(metadata: &MetadataResponse, topic: &str) -> u32 {
+    metadata
         .topics
         .iter()
         .find(|t| t.name == topic && t.error == 0)
-        .map_or(1, |t| (t.partitions.len() as u32).max(1)))
+        .map_or(1, |t| (t.partitions.len() as u32).max(1))
 }
 
 /// `count` records of `size` bytes: the record's number, then '.' up to the size.
@@ -277,14 +279,17 @@ fn produce_stdin(producer: &mut Producer<'_>) -> Result<(), String> {
 /// Packs records into batches (the client's sans-IO [`Accumulator`]) and keeps up to
 /// `--in-flight` produce requests outstanding.
 struct Producer<'a> {
-    client: Client,
+    /// The connections: the bootstrap one, and one per other node written to.
+    routed: Routed,
+    /// Route refreshes in a row that a `NotHere` caused (bounded by NOT_HERE_RETRIES).
+    moved_tries: u32,
     args: &'a ProduceArgs,
     /// Partitions of the topic (1 with --partition).
     partitions: u32,
     accumulator: Accumulator,
-    /// Correlation id and frame of each request sent and not yet acknowledged, oldest
-    /// first; kept whole, to be sent again on a new connection.
-    pending: VecDeque<(u32, ProduceFrame)>,
+    /// Connection, correlation id and frame of each request sent and not yet
+    /// acknowledged, oldest first; kept whole, to be sent again on a new connection.
+    pending: VecDeque<(SocketAddr, u32, ProduceFrame)>,
     acked_records: u64,
     acked_batches: u64,
     /// Batches sent again after a lost connection: they may be stored twice.
@@ -333,18 +338,29 @@ impl Producer<'_> {
 
     /// Sends closed batches, each once a slot in flight is free.
     fn send_ready(&mut self) -> Result<(), String> {
-        while let Some(mut frame) = self.accumulator.pop_ready() {
+        while let Some(frame) = self.accumulator.pop_ready() {
             while self.pending.len() >= self.args.in_flight as usize {
                 self.acknowledge()?;
             }
-            match self.client.send_frame(&mut frame, 0) {
-                Ok(correlation_id) => self.pending.push_back((correlation_id, frame)),
-                Err(e) if connection_lost(&e) => {
-                    self.pending.push_back((0, frame));
-                    self.reconnect(&e)?;
-                }
-                Err(e) => return Err(describe(&e)),
+            self.send(frame)?;
+        }
+        Ok(())
+    }
+
+    /// Sends a batch to its partition's owner (its node's connection).
+    fn send(&mut self, mut frame: ProduceFrame) -> Result<(), String> {
+        let addr = self.routed.address(&self.args.topic, frame.partition());
+        let sent = self
+            .routed
+            .client_at(addr)
+            .and_then(|client| client.send_frame(&mut frame, 0));
+        match sent {
+            Ok(correlation_id) => self.pending.push_back((addr, correlation_id, frame)),
+            Err(e) if connection_lost(&e) => {
+                self.pending.push_back((addr, 0, frame));
+                self.reconnect(addr, &e)?;
             }
+            Err(e) => return Err(describe(&e)),
         }
         Ok(())
     }
@@ -352,47 +368,97 @@ impl Producer<'_> {
     /// Waits for the oldest request's acknowledgement.
     fn acknowledge(&mut self) -> Result<(), String> {
         loop {
-            let Some((correlation_id, _)) = self.pending.front() else {
+            let Some(&(addr, correlation_id, _)) = self.pending.front() else {
                 return Ok(());
             };
-            match self.client.expect(*correlation_id) {
+            let answer = self
+                .routed
+                .client_at(addr)
+                .and_then(|client| client.expect(correlation_id));
+            match answer {
                 Ok(()) => break,
                 Err(e) if broker_stopping(&e) => {
-                    self.settle_refused()?;
-                    self.reconnect(&e)?;
+                    self.settle(addr, broker_stopping)?;
+                    self.refused_batches += self.pending_at(addr) as u64;
+                    self.reconnect(addr, &e)?;
                 }
-                Err(e) if connection_lost(&e) => self.reconnect(&e)?,
+                Err(e) if e.code() == Some(ErrorCode::NotHere) => self.moved(addr, &e)?,
+                Err(e) if connection_lost(&e) => self.reconnect(addr, &e)?,
                 Err(e) => return Err(describe(&e)),
             }
         }
-        let (_, frame) = self.pending.pop_front().expect("checked above");
-        self.acknowledged(frame)
+        self.moved_tries = 0;
+        let (addr, _, frame) = self.pending.pop_front().expect("checked above");
+        self.acknowledged(addr, frame)
     }
 
-    /// After the oldest batch in flight was refused with `ShuttingDown`: reads the answers
-    /// to the batches sent after it, keeping those refused too or left unanswered when the
-    /// broker closes the connection, so only they are sent again. A batch that was stored
-    /// must not be: it would be stored twice.
-    fn settle_refused(&mut self) -> Result<(), String> {
+    /// After the oldest batch in flight on `addr` was refused (`ShuttingDown`, `NotHere`):
+    /// reads the answers to the batches sent there after it, keeping those refused the same
+    /// way or left unanswered when the broker closes the connection, so only they are sent
+    /// again. A batch that was stored must not be: it would be stored twice.
+    fn settle(
+        &mut self,
+        addr: SocketAddr,
+        refused: fn(&ClientError) -> bool,
+    ) -> Result<(), String> {
         let mut at = 1;
         while at < self.pending.len() {
-            match self.client.expect(self.pending[at].0) {
+            let (to, correlation_id, _) = self.pending[at];
+            if to != addr {
+                at += 1;
+                continue;
+            }
+            let answer = self
+                .routed
+                .client_at(addr)
+                .and_then(|client| client.expect(correlation_id));
+            match answer {
                 Ok(()) => {
-                    let (_, frame) = self.pending.remove(at).expect("in range");
-                    self.acknowledged(frame)?;
+                    let (_, _, frame) = self.pending.remove(at).expect("in range");
+                    self.acknowledged(addr, frame)?;
                 }
-                Err(e) if broker_stopping(&e) => at += 1,
+                Err(e) if refused(&e) => at += 1,
                 Err(e) if connection_lost(&e) => break,
                 Err(e) => return Err(describe(&e)),
             }
         }
-        self.refused_batches += self.pending.len() as u64;
         Ok(())
     }
 
-    /// Counts a batch the broker acknowledged (its answer is the client's last reply).
-    fn acknowledged(&mut self, frame: ProduceFrame) -> Result<(), String> {
-        let (base, next) = self.client.reply().produced().map_err(|e| describe(&e))?;
+    fn pending_at(&self, addr: SocketAddr) -> usize {
+        self.pending.iter().filter(|(to, ..)| *to == addr).count()
+    }
+
+    /// The oldest batch in flight was answered `NotHere` by `addr` (the routes were stale):
+    /// settles the others sent there, learns the routes again and sends the refused ones
+    /// (nothing of them was stored) to their owners, in their order.
+    fn moved(&mut self, addr: SocketAddr, why: &ClientError) -> Result<(), String> {
+        self.moved_tries += 1;
+        if self.moved_tries > NOT_HERE_RETRIES {
+            return Err(describe(why));
+        }
+        self.settle(addr, |e| e.code() == Some(ErrorCode::NotHere))?;
+        self.routed.refresh(&[&self.args.topic]).map_err(|e| {
+            format!(
+                "reading the metadata of {}: {}",
+                self.args.topic,
+                describe(&e)
+            )
+        })?;
+        let (refused, kept) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition::<VecDeque<_>, _>(|(to, ..)| *to == addr);
+        self.pending = kept;
+        for (_, _, frame) in refused {
+            self.send(frame)?;
+        }
+        Ok(())
+    }
+
+    /// Counts a batch the broker acknowledged (its answer is `addr`'s last reply).
+    fn acknowledged(&mut self, addr: SocketAddr, frame: ProduceFrame) -> Result<(), String> {
+        let client = self.routed.client_at(addr).map_err(|e| describe(&e))?;
+        let (base, next) = client.reply().produced().map_err(|e| describe(&e))?;
         let last = next.saturating_sub(1);
         self.offsets = Some(match self.offsets {
             None => (base, last),
@@ -406,31 +472,35 @@ impl Producer<'_> {
         Ok(())
     }
 
-    /// A new connection, on which every batch in flight is sent again (the broker may or
-    /// may not have stored it before the connection was lost).
-    fn reconnect(&mut self, why: &ClientError) -> Result<(), String> {
+    /// A new connection to `addr`, on which every batch in flight there is sent again
+    /// (the broker may or may not have stored it before the connection was lost).
+    fn reconnect(&mut self, addr: SocketAddr, why: &ClientError) -> Result<(), String> {
         let (target, retry) = (&self.args.target, &self.args.reconnect);
         // The error itself goes to `reconnect`, so its message names what happened (a
         // reset, `ShuttingDown`) without an "I/O error" wrapped around it.
-        let mut client = reconnect(target, retry, Duration::ZERO, why)?;
+        let mut client = reconnect_at(target, &self.routed, addr, retry, Duration::ZERO, why)?;
         loop {
-            self.client = client;
-            match self.resend() {
+            self.routed.replace(addr, client);
+            match self.resend(addr) {
                 Ok(()) => return Ok(()),
                 Err(e) if connection_lost(&e) => {
-                    client = reconnect(target, retry, Duration::ZERO, &e)?;
+                    client = reconnect_at(target, &self.routed, addr, retry, Duration::ZERO, &e)?;
                 }
                 Err(e) => return Err(describe(&e)),
             }
         }
     }
 
-    fn resend(&mut self) -> Result<(), ClientError> {
-        for (correlation_id, frame) in self.pending.iter_mut() {
-            *correlation_id = self.client.send_frame(frame, 0)?;
+    fn resend(&mut self, addr: SocketAddr) -> Result<(), ClientError> {
+        let client = self.routed.client_at(addr)?;
+        let mut sent = 0;
+        for (to, correlation_id, frame) in self.pending.iter_mut() {
+            if *to == addr {
+                *correlation_id = client.send_frame(frame, 0)?;
+                sent += 1;
+            }
         }
         // Those known refused were not stored; the others may have been.
-        let sent = self.pending.len() as u64;
         let refused = std::mem::take(&mut self.refused_batches).min(sent);
         self.resent_batches += sent - refused;
         self.retried_batches += refused;

@@ -65,6 +65,10 @@ pub struct CreateArgs {
     #[arg(long, default_value_t = 1,
         value_parser = clap::value_parser!(u32).range(1..=i64::from(PARTITIONS_MAX)))]
     pub partitions: u32,
+    /// Copies of each partition. Partition replication is not built yet: only 1 is taken,
+    /// and a factor above the cluster's live nodes is refused as such.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    pub replication_factor: i32,
     /// When a produce is acknowledged: always, never or interval=MS; the broker's --fsync
     /// if not given.
     #[arg(long)]
@@ -117,6 +121,14 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
         }
         TopicsCommand::Create(create) => {
             let settings = settings(&create)?;
+            if create.replication_factor != 1 {
+                // Checked here as the broker checks Kafka's CreateTopics: against the live
+                // nodes the node asked knows of.
+                let status = client.cluster_status().map_err(|e| describe(&e))?;
+                let live = status.nodes.iter().filter(|n| n.live).count();
+                crate::cluster::check_replication_factor(create.replication_factor, live)
+                    .map_err(|why| format!("creating topic {}: {why}", create.name))?;
+            }
             client
                 .create_topic(&create.name, settings)
                 .map_err(|e| format!("creating topic {}: {}", create.name, describe(&e)))?;
@@ -129,17 +141,31 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
         }
         TopicsCommand::Describe { names, output } => {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            let metadata = client.metadata(&names).map_err(|e| describe(&e))?;
+            let mut metadata = client.metadata(&names).map_err(|e| describe(&e))?;
             if let Some(unknown) = metadata.topics.iter().find(|t| t.error != 0) {
                 return Err(super::topic_error(&unknown.name, unknown.error));
             }
+            // On a cluster: each partition's node, and the offsets its node knows.
+            let clustered = metadata.cluster.is_some();
+            if clustered {
+                let peer = client.stream().tcp().peer_addr().map_err(|e| e.to_string())?;
+                super::routed::remote_offsets(&args.target, peer, &names, &mut metadata);
+            }
             match output {
                 Output::Text => {
-                    let text: Vec<String> = metadata.topics.iter().map(describe_topic).collect();
+                    let text: Vec<String> = metadata
+                        .topics
+                        .iter()
+                        .map(|t| describe_topic(t, clustered))
+                        .collect();
                     print_out(&text.join("\n"))?;
                 }
                 Output::Json => print_json(&json!(
-                    metadata.topics.iter().map(topic_json).collect::<Vec<_>>()
+                    metadata
+                        .topics
+                        .iter()
+                        .map(|t| topic_json(t, clustered))
+                        .collect::<Vec<_>>()
                 ))?,
             }
         }
@@ -242,18 +268,25 @@ fn cleanup_name(s: &TopicSettings) -> String {
     }
 }
 
-/// A topic as one JSON object; a limit of 0 (none) is null.
-fn topic_json(topic: &TopicMetadata) -> serde_json::Value {
+/// A topic as one JSON object; a limit of 0 (none) is null. On a cluster each partition
+/// also has its `owner_node`.
+fn topic_json(topic: &TopicMetadata, clustered: bool) -> serde_json::Value {
     let s = &topic.settings;
     let limit = |value: u64| (value > 0).then_some(value);
     json!({
         "name": topic.name,
-        "partitions": topic.partitions.iter().enumerate().map(|(i, p)| json!({
-            "partition": i,
-            "owner_core": p.owner_core,
-            "log_start_offset": p.log_start_offset,
-            "high_watermark": p.high_watermark,
-        })).collect::<Vec<_>>(),
+        "partitions": topic.partitions.iter().enumerate().map(|(i, p)| {
+            let mut partition = json!({
+                "partition": i,
+                "owner_core": p.owner_core,
+                "log_start_offset": p.log_start_offset,
+                "high_watermark": p.high_watermark,
+            });
+            if clustered {
+                partition["owner_node"] = json!(p.owner_node);
+            }
+            partition
+        }).collect::<Vec<_>>(),
         "fsync": fsync_name(s),
         "segment_bytes": s.segment_bytes,
         "retention_bytes": limit(s.retention_bytes),
@@ -262,8 +295,9 @@ fn topic_json(topic: &TopicMetadata) -> serde_json::Value {
     })
 }
 
-/// Settings, one per line, then the partition table.
-fn describe_topic(topic: &TopicMetadata) -> String {
+/// Settings, one per line, then the partition table (with each partition's node on a
+/// cluster).
+fn describe_topic(topic: &TopicMetadata, clustered: bool) -> String {
     let s = &topic.settings;
     let fsync = fsync_name(s);
     let limit = |value: u64| {
@@ -293,17 +327,29 @@ fn describe_topic(topic: &TopicMetadata) -> String {
         .iter()
         .enumerate()
         .map(|(i, p)| {
-            vec![
-                i.to_string(),
+            let mut row = vec![i.to_string()];
+            if clustered {
+                row.push(p.owner_node.map_or_else(|| "?".into(), |n| n.to_string()));
+            }
+            row.extend([
                 p.owner_core.to_string(),
                 p.log_start_offset.to_string(),
                 p.high_watermark.to_string(),
-            ]
+            ]);
+            row
         })
         .collect();
-    out.push_str(&table(
-        &["PARTITION", "OWNER CORE", "LOG START", "HIGH WATERMARK"],
-        &rows,
-    ));
+    let headers: &[&str] = if clustered {
+        &[
+            "PARTITION",
+            "NODE",
+            "OWNER CORE",
+            "LOG START",
+            "HIGH WATERMARK",
+        ]
+    } else {
+        &["PARTITION", "OWNER CORE", "LOG START", "HIGH WATERMARK"]
+    };
+    out.push_str(&table(headers, &rows));
     out
 }

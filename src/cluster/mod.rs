@@ -16,7 +16,7 @@
 //! - [`status`]: what the node knows, shared with every core; [`identity`]: the cluster id;
 //!   [`table`]: the shard's placement on a cluster node, from the controller's topics.
 //!
-//! What is not wired yet (clients routed between nodes, replication, ...): docs/CLUSTER.md.
+//! What is not wired yet (replication, ...): docs/CLUSTER.md.
 
 pub mod config;
 pub mod controller;
@@ -29,6 +29,26 @@ pub mod transport;
 pub mod wire;
 
 use std::fmt;
+
+/// Checks a new topic's replication factor (Kafka's CreateTopics, `pagurus topics create
+/// --replication-factor`) against the live nodes; the refusal says why. -1 (Kafka's "the
+/// default") and 1 are taken; above the live nodes is refused; above 1 is refused too
+/// while partitions are not replicated (every partition keeps one copy).
+pub fn check_replication_factor(requested: i32, live_nodes: usize) -> Result<(), String> {
+    match requested {
+        -1 | 1 => Ok(()),
+        ..=0 => Err(format!(
+            "replication factor {requested}: it must be at least 1 (or -1, the default)"
+        )),
+        r if r as usize > live_nodes => Err(format!(
+            "replication factor {r} is more than the {live_nodes} live node{}",
+            if live_nodes == 1 { "" } else { "s" }
+        )),
+        r => Err(format!(
+            "replication factor {r}: partition replication is not built yet, every partition keeps one copy (use 1)"
+        )),
+    }
+}
 
 /// A node's id in the cluster (`--node-id`), also its Raft id in every group. 0 is the
 /// broker started alone (raft-rs reserves id 0 for "none"), so members are
@@ -75,5 +95,30 @@ impl fmt::Display for ClusterId {
             write!(f, "{b:02x}")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod replication_factor_tests {
+    use super::check_replication_factor;
+
+    #[test]
+    fn one_and_the_default_are_taken_and_the_rest_refused_saying_why() {
+        assert_eq!(check_replication_factor(1, 3), Ok(()));
+        assert_eq!(check_replication_factor(-1, 1), Ok(()));
+        let why = |r, live| check_replication_factor(r, live).unwrap_err();
+        assert!(why(0, 3).contains("at least 1"), "{}", why(0, 3));
+        assert!(why(-2, 3).contains("at least 1"));
+        assert!(
+            why(2, 1).contains("more than the 1 live node"),
+            "{}",
+            why(2, 1)
+        );
+        assert!(why(4, 3).contains("more than the 3 live nodes"));
+        assert!(
+            why(3, 3).contains("replication is not built yet"),
+            "{}",
+            why(3, 3)
+        );
     }
 }

@@ -29,7 +29,7 @@ use tracing::{debug, info, warn};
 use crate::cluster::config::ClusterConfig;
 use crate::cluster::controller::driver::{Controller, DriverConfig, DriverError, Event};
 use crate::cluster::controller::raft_store::{RaftStore, controller_dir};
-use crate::cluster::controller::state::Command;
+use crate::cluster::controller::state::{ClusterState, Command};
 use crate::cluster::identity::{self, ClusterIdError};
 use crate::cluster::status::{
     ClusterStatus, ClusterView, NodeStatus, PlacedTopic, Role, Snapshot, TopicOwners,
@@ -85,6 +85,43 @@ pub enum NodeError {
     Transport(#[from] TransportError),
     #[error("controller: {0}")]
     Driver(#[from] DriverError),
+    #[error(
+        "this data directory belongs to cluster {ours}, but nodes {nodes} of --cluster-peers are in cluster {theirs}: it is another cluster's data directory (or this node formed a cluster with another --cluster-peers); give the node an empty data directory, or start it with its own cluster's flags"
+    )]
+    ForeignCluster {
+        ours: ClusterId,
+        theirs: ClusterId,
+        nodes: String,
+    },
+}
+
+/// How long a start waits for the peers' hellos to tell whether they are of this node's
+/// cluster: a node whose peers are all of one other cluster is refused
+/// ([`NodeError::ForeignCluster`]). Returns at the first hello of its own cluster (in
+/// milliseconds when a peer is up); a node whose peers are all down waits it out and
+/// starts.
+const FIRST_CONTACT_WAIT: Duration = Duration::from_secs(2);
+
+/// Waits (at most [`FIRST_CONTACT_WAIT`]) for the peers' hellos; an error when a quorum of
+/// them is of another cluster.
+async fn check_peers_cluster(transport: &Transport, ours: ClusterId) -> Result<(), NodeError> {
+    use crate::cluster::transport::PeerClusters;
+    let deadline = Instant::now() + FIRST_CONTACT_WAIT;
+    loop {
+        match transport.peer_clusters() {
+            PeerClusters::Own => return Ok(()),
+            PeerClusters::Foreign { theirs, nodes } => {
+                let nodes: Vec<String> = nodes.iter().map(|n| n.0.to_string()).collect();
+                return Err(NodeError::ForeignCluster {
+                    ours,
+                    theirs,
+                    nodes: nodes.join(", "),
+                });
+            }
+            PeerClusters::Unknown if Instant::now() >= deadline => return Ok(()),
+            PeerClusters::Unknown => glommio::timer::sleep(Duration::from_millis(20)).await,
+        }
+    }
 }
 
 /// A running node; [`ClusterNode::stop`] ends it.
@@ -122,6 +159,7 @@ impl ClusterNode {
         let (cluster_id, made, controller) = opened?;
         let transport =
             Transport::start(TransportConfig::from_cluster(&setup.cluster, cluster_id))?;
+        check_peers_cluster(&transport, cluster_id).await?;
         let listen = transport.local_addr();
         info!(node = me.0, %cluster_id, new = made, cluster_listen = %listen, voters = setup.cluster.peers.len(), term = controller.term(), applied = controller.applied(), "cluster node starting");
         let rx = transport.register(CONTROLLER_GROUP, INBOX_CAPACITY);
@@ -455,7 +493,7 @@ impl Driver {
         let controller = self.controller.as_ref().expect("the controller is here");
         if self.owners_at != Some(controller.applied()) {
             self.owners_at = Some(controller.applied());
-            self.view.set_owners(owners_of(controller));
+            self.view.set_owners(owners_of(controller.state()));
             self.pending.push(TopicChange::Changed);
         }
         let status = status_of(self.me, controller);
@@ -486,9 +524,8 @@ enum Wake {
 }
 
 /// The controller's topics, as the view shows them.
-fn owners_of(controller: &Controller) -> TopicOwners {
-    controller
-        .state()
+pub(crate) fn owners_of(state: &ClusterState) -> TopicOwners {
+    state
         .topics()
         .map(|t| {
             let owners = t

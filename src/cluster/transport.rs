@@ -32,7 +32,7 @@ use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::task::Waker;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 use glommio::task::JoinHandle;
@@ -56,6 +56,11 @@ pub struct TransportConfig {
     pub queue_frames_max: usize,
     /// ...and bytes.
     pub queue_bytes_max: usize,
+    /// A frame queued longer than this (its peer unreachable meanwhile) is dropped rather
+    /// than written: a stale Raft message is at best useless (Raft resends what matters)
+    /// and at worst harmful, as a forwarded proposal its proposer gave up on would be
+    /// applied after it was told it failed.
+    pub queue_age_max: Duration,
     pub connect_timeout: Duration,
     /// Each side's hello must arrive within this time of the connection.
     pub hello_timeout: Duration,
@@ -80,6 +85,7 @@ impl TransportConfig {
             max_body_bytes: wire::DEFAULT_MAX_BODY_BYTES,
             queue_frames_max: 4096,
             queue_bytes_max: 128 * 1024 * 1024,
+            queue_age_max: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             hello_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
@@ -134,6 +140,8 @@ pub struct TransportStats {
     pub dropped_queue_full: u64,
     pub dropped_no_handler: u64,
     pub dropped_handler_full: u64,
+    /// Messages dropped for waiting longer than `queue_age_max` to be written.
+    pub dropped_stale: u64,
     /// Messages handed to a handler.
     pub delivered: u64,
 }
@@ -149,7 +157,8 @@ pub struct Received {
 /// Frames waiting to be written to one peer.
 #[derive(Default)]
 struct Outbox {
-    frames: VecDeque<Vec<u8>>,
+    /// Each frame with when it was queued.
+    frames: VecDeque<(Instant, Vec<u8>)>,
     bytes: usize,
     waker: Option<Waker>,
 }
@@ -167,6 +176,8 @@ struct Inner {
     incoming: RefCell<HashMap<NodeId, u64>>,
     /// Incoming connections being served.
     incoming_open: Cell<usize>,
+    /// The cluster each member peer's last hello named (this node's or another).
+    hellos: RefCell<HashMap<NodeId, ClusterId>>,
 }
 
 impl Inner {
@@ -238,6 +249,7 @@ impl Transport {
             next_task: Cell::new(0),
             incoming: RefCell::default(),
             incoming_open: Cell::new(0),
+            hellos: RefCell::default(),
         });
         inner.spawn(conn::accept_loop(Rc::clone(&inner), listener));
         for peer in others {
@@ -284,7 +296,7 @@ impl Transport {
             return Err(TransportError::QueueFull { node: to });
         }
         outbox.bytes += frame.len();
-        outbox.frames.push_back(frame);
+        outbox.frames.push_back((Instant::now(), frame));
         if let Some(waker) = outbox.waker.take() {
             waker.wake();
         }
@@ -295,6 +307,42 @@ impl Transport {
     pub fn stats(&self) -> TransportStats {
         self.inner.stats.get()
     }
+
+    /// What the peers' hellos said of their cluster so far: `Own` once one named this
+    /// node's; `Foreign` when none did and a quorum of the members (this node counted)
+    /// named one other cluster, which this node's cluster id can then never reach a
+    /// quorum with; else `Unknown`.
+    pub fn peer_clusters(&self) -> PeerClusters {
+        let hellos = self.inner.hellos.borrow();
+        let ours = self.inner.config.cluster;
+        if hellos.values().any(|&id| id == ours) {
+            return PeerClusters::Own;
+        }
+        let quorum = self.inner.members.len() / 2 + 1;
+        for &theirs in hellos.values() {
+            let mut nodes: Vec<NodeId> = hellos
+                .iter()
+                .filter(|&(_, &id)| id == theirs)
+                .map(|(&node, _)| node)
+                .collect();
+            if nodes.len() >= quorum {
+                nodes.sort_unstable();
+                return PeerClusters::Foreign { theirs, nodes };
+            }
+        }
+        PeerClusters::Unknown
+    }
+}
+
+/// See [`Transport::peer_clusters`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PeerClusters {
+    Unknown,
+    Own,
+    Foreign {
+        theirs: ClusterId,
+        nodes: Vec<NodeId>,
+    },
 }
 
 impl Drop for Transport {
@@ -328,6 +376,9 @@ async fn within<T>(
 /// Sets TCP keepalive so a silent connection to a dead peer ends: probes after 10 s idle,
 /// every 2 s, 3 unanswered close it. And no Nagle delay: Raft's messages are small and
 /// latency is its heartbeat.
+/// `TCP_USER_TIMEOUT` of cluster sockets, in ms (see [`tune_socket`]).
+const UNACKED_TIMEOUT_MS: u32 = 3000;
+
 fn tune_socket(stream: &glommio::net::TcpStream) -> std::io::Result<()> {
     use nix::sys::socket::{setsockopt, sockopt};
     use std::os::fd::{AsRawFd, BorrowedFd};
@@ -338,5 +389,10 @@ fn tune_socket(stream: &glommio::net::TcpStream) -> std::io::Result<()> {
     setsockopt(&fd, sockopt::TcpKeepIdle, &10)?;
     setsockopt(&fd, sockopt::TcpKeepInterval, &2)?;
     setsockopt(&fd, sockopt::TcpKeepCount, &3)?;
+    // Data the peer has not acknowledged for this long aborts the connection, and the
+    // kernel drops what it still held: without it, TCP retransmits for minutes, and a
+    // message written while the link was down (a forwarded proposal its proposer has since
+    // given up on) reaches the peer when the link comes back.
+    setsockopt(&fd, sockopt::TcpUserTimeout, &UNACKED_TIMEOUT_MS)?;
     Ok(())
 }

@@ -29,14 +29,40 @@ pub(crate) fn view(config: &BrokerConfig) -> Arc<ClusterView> {
                 .map_or(NodeId(0), NodeId);
             ClusterView::new(ClusterStatus::alone(node, client_addr(config), cores))
         }
-        Some(cluster) => ClusterView::new(ClusterStatus {
-            node: cluster.node,
-            role: Role::Follower,
-            term: 0,
-            leader: None,
-            applied: 0,
-            nodes: Vec::new(),
-        }),
+        Some(cluster) => {
+            let view = ClusterView::new(ClusterStatus {
+                node: cluster.node,
+                role: Role::Follower,
+                term: 0,
+                leader: None,
+                applied: 0,
+                nodes: Vec::new(),
+            });
+            seed_topics(&config.data_dir, &view);
+            view
+        }
+    }
+}
+
+/// A restarted node's view starts with the topics its controller had applied (read from
+/// its files): the cores open their partitions before the controller runs, and without
+/// it every partition of a topic on disk would look like this node's (the one-node rule
+/// answers for a topic the view lacks), and be made here.
+fn seed_topics(data_dir: &std::path::Path, view: &ClusterView) {
+    use crate::cluster::controller::driver::committed_state;
+    use crate::cluster::controller::raft_store::{RaftStore, controller_dir};
+    let dir = controller_dir(data_dir);
+    // A first start: nothing applied, and nothing made here before the checks of the start.
+    if !dir.join("raft_state").exists() {
+        return;
+    }
+    let state = RaftStore::open(&dir)
+        .map_err(|e| e.to_string())
+        .and_then(|store| committed_state(&store).map_err(|e| e.to_string()));
+    match state {
+        Ok(state) => view.set_owners(crate::cluster::node::owners_of(&state)),
+        // The controller's own start reports it and refuses.
+        Err(error) => tracing::warn!(%error, "the controller's applied topics are not known yet"),
     }
 }
 

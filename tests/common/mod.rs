@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use pagurus::client::blocking::Client;
 
+pub mod cluster;
 pub mod hermit;
 pub mod kafka;
 pub mod ledger;

@@ -384,6 +384,32 @@ impl Controller {
     }
 }
 
+/// The state `store`'s committed entries make: its snapshot, then every committed command
+/// after it, applied in order. What the node had applied when it stopped, known before its
+/// controller runs (a restarted node's placement needs it before its cores open their
+/// partitions). Reads only.
+pub fn committed_state(store: &RaftStore) -> Result<ClusterState, DriverError> {
+    let snapshot = store.latest_snapshot();
+    let mut state = restore(snapshot)?;
+    let from = snapshot.get_metadata().index + 1;
+    let commit = store.hard_state().commit;
+    if commit < from {
+        return Ok(state);
+    }
+    let context = raft::GetEntriesContext::empty(false);
+    for entry in store.entries(from, commit + 1, None, context)? {
+        if entry.get_entry_type() != EntryType::EntryNormal || entry.data.is_empty() {
+            continue;
+        }
+        let index = entry.index;
+        let command = Command::decode(&entry.data)
+            .map_err(|source| DriverError::BadEntry { index, source })?;
+        // A refusal changes nothing, on every node alike.
+        let _ = state.apply(command);
+    }
+    Ok(state)
+}
+
 fn restore(snapshot: &Snapshot) -> Result<ClusterState, DriverError> {
     let index = snapshot.get_metadata().index;
     if index == 0 {

@@ -146,7 +146,7 @@ async fn pump(inner: &Inner, peer: &Peer, stream: TcpStream) -> ConnError {
     let write = async {
         let mut batch = Vec::new();
         loop {
-            let frames = next_batch(outbox, &mut batch).await;
+            let frames = next_batch(inner, outbox, &mut batch).await;
             let written = within(inner.config.write_timeout, "a write", async {
                 wr.write_all(&batch).await?;
                 Ok(())
@@ -166,16 +166,25 @@ async fn pump(inner: &Inner, peer: &Peer, stream: TcpStream) -> ConnError {
 }
 
 /// Waits for queued frames and moves them into `batch` (empty on entry): as many as fit
-/// in [`BATCH_BYTES`], at least one. Returns how many.
-async fn next_batch(outbox: &RefCell<Outbox>, batch: &mut Vec<u8>) -> u64 {
+/// in [`BATCH_BYTES`], at least one, dropping (and counting) those queued longer than
+/// `queue_age_max`. Returns how many.
+async fn next_batch(inner: &Inner, outbox: &RefCell<Outbox>, batch: &mut Vec<u8>) -> u64 {
     futures_lite::future::poll_fn(|cx| {
         let mut outbox = outbox.borrow_mut();
         let mut frames = 0;
-        while let Some(front) = outbox.frames.front() {
+        let now = std::time::Instant::now();
+        while let Some((queued, front)) = outbox.frames.front() {
+            if now.duration_since(*queued) > inner.config.queue_age_max {
+                let stale = front.len();
+                outbox.frames.pop_front();
+                outbox.bytes -= stale;
+                inner.count(|s| s.dropped_stale += 1);
+                continue;
+            }
             if frames > 0 && batch.len() + front.len() > BATCH_BYTES {
                 break;
             }
-            let frame = outbox.frames.pop_front().expect("front exists");
+            let (_, frame) = outbox.frames.pop_front().expect("front exists");
             outbox.bytes -= frame.len();
             if batch.is_empty() {
                 *batch = frame;

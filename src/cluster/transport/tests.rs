@@ -231,6 +231,61 @@ fn a_full_queue_drops_and_counts() {
     });
 }
 
+#[test]
+fn a_frame_queued_too_long_is_dropped_not_written() {
+    run(|| async {
+        let peers = peers(2);
+        let a = Transport::start(TransportConfig {
+            queue_age_max: Duration::from_millis(100),
+            ..config(1, &peers)
+        })
+        .unwrap();
+        // Queued while node 2 is down, and stale by the time it comes up.
+        a.send(NodeId(2), CONTROLLER_GROUP, &message(1, 2, 999))
+            .unwrap();
+        glommio::timer::sleep(Duration::from_millis(300)).await;
+        let b = start(2, &peers);
+        let rx_b = b.register(CONTROLLER_GROUP, 64);
+        let got = send_until_received(&a, 1, 2, &rx_b).await;
+        assert_ne!(got.message.index, 999, "the stale message was written");
+        // The retries sent while the link was still coming up may have gone stale too.
+        assert!(a.stats().dropped_stale >= 1, "{:?}", a.stats());
+    });
+}
+
+#[test]
+fn peers_of_another_cluster_are_told_apart_from_our_own() {
+    run(|| async {
+        let peers = peers(3);
+        let other = ClusterId([8; 16]);
+        let a = start(1, &peers);
+        let in_other = |me| TransportConfig {
+            cluster: other,
+            ..config(me, &peers)
+        };
+        let _b = Transport::start(in_other(2)).unwrap();
+        let _c = Transport::start(in_other(3)).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while a.peer_clusters() == PeerClusters::Unknown {
+            assert!(std::time::Instant::now() < deadline, "no hello seen");
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        // Two of three members (this node counted) name another cluster: a quorum.
+        let found = loop {
+            match a.peer_clusters() {
+                PeerClusters::Foreign { theirs, nodes } => break (theirs, nodes),
+                _ => glommio::timer::sleep(Duration::from_millis(20)).await,
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?}",
+                a.peer_clusters()
+            );
+        };
+        assert_eq!(found, (other, vec![NodeId(2), NodeId(3)]));
+    });
+}
+
 /// A raw connection to `addr` that sends `hello`; returns what the transport answered
 /// before closing (or after 5 s).
 async fn raw_hello(addr: SocketAddr, hello: Hello, then: &[u8]) -> Vec<u8> {

@@ -91,7 +91,7 @@ fn render_transport(out: &mut Out, snapshot: &Snapshot) {
     out.family(
         "pagurus_cluster_messages_total",
         Kind::Counter,
-        "Raft messages between nodes: queued to a peer, written, delivered to a group, or dropped (a full queue, no handler, a full handler); Raft resends what is lost.",
+        "Raft messages between nodes: queued to a peer, written, delivered to a group, or dropped (a full queue, no handler, a full handler, queued too long); Raft resends what is lost.",
     );
     for (event, value) in [
         ("queued", t.queued),
@@ -100,6 +100,7 @@ fn render_transport(out: &mut Out, snapshot: &Snapshot) {
         ("dropped_queue_full", t.dropped_queue_full),
         ("dropped_no_handler", t.dropped_no_handler),
         ("dropped_handler_full", t.dropped_handler_full),
+        ("dropped_stale", t.dropped_stale),
     ] {
         out.sample(
             "pagurus_cluster_messages_total",

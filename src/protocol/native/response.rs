@@ -159,7 +159,11 @@ pub fn decode_offset_response(body: &[u8]) -> Result<u64, Malformed> {
 /// One partition in a metadata response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartitionMetadata {
+    /// The owner's core, on its node.
     pub owner_core: u16,
+    /// The owner's node, from the cluster section; `None` from a broker that is the only
+    /// node (no cluster section): the node asked.
+    pub owner_node: Option<u16>,
     pub log_start_offset: u64,
     pub high_watermark: u64,
 }
@@ -173,11 +177,32 @@ pub struct TopicMetadata {
     pub partitions: Vec<PartitionMetadata>,
 }
 
-/// The metadata response: the port of each core (0 when shard ports are off) and topics.
+/// The metadata response: the port of each core of the node asked (0 when shard ports are
+/// off), topics, and on a cluster node the cluster section.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct MetadataResponse {
     pub core_ports: Vec<u16>,
     pub topics: Vec<TopicMetadata>,
+    /// Present only from a cluster node: without it the bytes are those a broker alone
+    /// always sent, so a one-node broker's answer is unchanged.
+    pub cluster: Option<ClusterMetadata>,
+}
+
+/// The cluster section of a metadata response: the node that answered and how clients
+/// reach every node. Each partition's `owner_node` comes from it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterMetadata {
+    /// The node that answered (`core_ports` are its cores').
+    pub node: u16,
+    pub nodes: Vec<NodeAddress>,
+}
+
+/// How a client reaches a node: its advertised host and main port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAddress {
+    pub id: u16,
+    pub host: String,
+    pub port: u16,
 }
 
 /// Most cores and partitions a client accepts in a metadata response.
@@ -205,7 +230,52 @@ pub fn encode_metadata_response(
             out.put_u64(p.high_watermark);
         }
     }
+    if let Some(cluster) = &metadata.cluster {
+        put_cluster_section(out, cluster, &metadata.topics);
+    }
     end_frame(out, start);
+}
+
+/// The cluster section, after the topics: the node asked, the nodes, then each
+/// partition's owner node, topic by topic in the order above (the node asked for a
+/// partition that names none).
+fn put_cluster_section(out: &mut Vec<u8>, cluster: &ClusterMetadata, topics: &[TopicMetadata]) {
+    out.put_u16(cluster.node);
+    out.put_u16(u16::try_from(cluster.nodes.len()).expect("node ids fit u16"));
+    for node in &cluster.nodes {
+        out.put_u16(node.id);
+        out.put_string(node.host.as_bytes());
+        out.put_u16(node.port);
+    }
+    for p in topics.iter().flat_map(|t| &t.partitions) {
+        out.put_u16(p.owner_node.unwrap_or(cluster.node));
+    }
+}
+
+/// Reads the cluster section into `metadata` (see [`put_cluster_section`]).
+fn read_cluster_section(
+    r: &mut Reader<'_>,
+    metadata: &mut MetadataResponse,
+) -> Result<(), Malformed> {
+    let node = r.u16("node")?;
+    let count = r.u16("node count")? as usize;
+    // A node takes at least 6 bytes: sized by what is there, not by the count claimed.
+    if count * 6 > r.remaining() {
+        return Err(Malformed { what: "node count" });
+    }
+    let mut nodes = Vec::with_capacity(count);
+    for _ in 0..count {
+        nodes.push(NodeAddress {
+            id: r.u16("node id")?,
+            host: String::from_utf8_lossy(r.string("node host")?).into_owned(),
+            port: r.u16("node port")?,
+        });
+    }
+    for p in metadata.topics.iter_mut().flat_map(|t| &mut t.partitions) {
+        p.owner_node = Some(r.u16("owner node")?);
+    }
+    metadata.cluster = Some(ClusterMetadata { node, nodes });
+    Ok(())
 }
 
 pub fn decode_metadata_response(body: &[u8]) -> Result<MetadataResponse, Malformed> {
@@ -235,6 +305,7 @@ pub fn decode_metadata_response(body: &[u8]) -> Result<MetadataResponse, Malform
             .map(|_| {
                 Ok(PartitionMetadata {
                     owner_core: r.u16("owner")?,
+                    owner_node: None,
                     log_start_offset: r.u64("log start")?,
                     high_watermark: r.u64("high watermark")?,
                 })
@@ -247,8 +318,16 @@ pub fn decode_metadata_response(body: &[u8]) -> Result<MetadataResponse, Malform
             partitions,
         });
     }
+    let mut metadata = MetadataResponse {
+        core_ports,
+        topics,
+        cluster: None,
+    };
+    if r.remaining() > 0 {
+        read_cluster_section(&mut r, &mut metadata)?;
+    }
     r.finish("metadata response")?;
-    Ok(MetadataResponse { core_ports, topics })
+    Ok(metadata)
 }
 
 /// What a compaction pass did, as a compact response carries it:

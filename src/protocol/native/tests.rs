@@ -207,21 +207,58 @@ fn responses_round_trip() {
             partitions: vec![
                 PartitionMetadata {
                     owner_core: 1,
+                    owner_node: None,
                     log_start_offset: 0,
                     high_watermark: 5,
                 },
                 PartitionMetadata {
                     owner_core: 0,
+                    owner_node: None,
                     log_start_offset: 2,
                     high_watermark: 2,
                 },
             ],
         }],
+        cluster: None,
     };
     let mut out = Vec::new();
     encode_metadata_response(&mut out, 2, &metadata);
     let (_, body) = decode_response(frame_body(&out)).unwrap();
     assert_eq!(decode_metadata_response(body).unwrap(), metadata);
+    // A cluster node adds its section after the topics; the bytes before it are the same.
+    let mut clustered = metadata.clone();
+    clustered.topics[0].partitions[0].owner_node = Some(3);
+    clustered.topics[0].partitions[1].owner_node = Some(1);
+    clustered.cluster = Some(ClusterMetadata {
+        node: 1,
+        nodes: vec![
+            NodeAddress {
+                id: 1,
+                host: "10.0.0.1".into(),
+                port: 9092,
+            },
+            NodeAddress {
+                id: 3,
+                host: "node3.example".into(),
+                port: 9192,
+            },
+        ],
+    });
+    let mut with_section = Vec::new();
+    encode_metadata_response(&mut with_section, 2, &clustered);
+    let (_, cluster_body) = decode_response(frame_body(&with_section)).unwrap();
+    assert_eq!(decode_metadata_response(cluster_body).unwrap(), clustered);
+    assert_eq!(
+        &cluster_body[..body.len()],
+        body,
+        "the one-node bytes come first"
+    );
+    for cut in body.len() + 1..cluster_body.len() {
+        assert!(
+            decode_metadata_response(&cluster_body[..cut]).is_err(),
+            "cut at {cut}"
+        );
+    }
     let mut out = Vec::new();
     encode_list_groups_response(&mut out, 3, &["g1".into(), "g2".into()]);
     let (_, body) = decode_response(frame_body(&out)).unwrap();

@@ -1,7 +1,8 @@
 //! CreateTopics: each topic through the controller, with its configs mapped onto pagurus'
 //! settings (`configs`: a config pagurus does not have is INVALID_CONFIG, never dropped),
-//! and Kafka's own refusals for what pagurus does not do (replication factor above 1,
-//! explicit replica assignments).
+//! and Kafka's own refusals for what pagurus does not do (a replication factor above the
+//! live nodes, or above 1 while partitions are not replicated; explicit replica
+//! assignments).
 
 use crate::security::acl::ResourceType;
 use crate::security::acl::actions::KafkaApi;
@@ -95,15 +96,11 @@ async fn create(
             "not authorized to create the topic".to_string(),
         ));
     }
-    if !matches!(topic.replication_factor, -1 | 1) {
-        return Err((
-            INVALID_REPLICATION_FACTOR,
-            format!(
-                "replication factor {} (pagurus keeps one copy)",
-                topic.replication_factor
-            ),
-        ));
-    }
+    let live_nodes = conn.shard.cluster_view().map_or(1, |view| {
+        view.status().nodes.iter().filter(|node| node.live).count()
+    });
+    crate::cluster::check_replication_factor(topic.replication_factor.into(), live_nodes)
+        .map_err(|message| (INVALID_REPLICATION_FACTOR, message))?;
     if !topic.assignments.is_empty() {
         return Err((
             INVALID_REQUEST,

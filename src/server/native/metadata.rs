@@ -3,7 +3,8 @@
 use std::rc::Rc;
 
 use crate::protocol::native::{
-    self, ErrorCode, MetadataResponse, PartitionMetadata, TopicMetadata,
+    self, ClusterMetadata, ErrorCode, MetadataResponse, NodeAddress, PartitionMetadata,
+    TopicMetadata,
 };
 use crate::server::native::{Pending, Tag, later};
 use crate::shard::Shard;
@@ -16,8 +17,10 @@ pub(super) fn metadata(shard: &Rc<Shard>, tag: Tag, topics: Vec<&[u8]>) -> Pendi
         .collect();
     later(shard, tag, async move |shard: Rc<Shard>| {
         let metadata = shard.metadata(names).await;
+        let mut response = response(metadata);
+        response.cluster = cluster_section(&shard);
         let mut out = Vec::new();
-        native::encode_metadata_response(&mut out, tag.1, &response(metadata));
+        native::encode_metadata_response(&mut out, tag.1, &response);
         Ok(out)
     })
 }
@@ -43,9 +46,8 @@ fn response(metadata: Metadata) -> MetadataResponse {
                     .map(|p| {
                         let state = p.state.unwrap_or_default();
                         PartitionMetadata {
-                            // The native wire names a core of the node it asks
-                            // (one node, for now): the place's core.
                             owner_core: p.owner.core.0,
+                            owner_node: Some(p.owner.node.0),
                             log_start_offset: state.log_start_offset,
                             high_watermark: state.high_watermark,
                         }
@@ -57,5 +59,33 @@ fn response(metadata: Metadata) -> MetadataResponse {
     MetadataResponse {
         core_ports: metadata.core_ports,
         topics,
+        cluster: None,
     }
+}
+
+/// On a cluster node, the section naming this node and every node's client address (as
+/// registered with the controller); `None` on a broker alone, whose answer keeps the
+/// bytes it always had.
+fn cluster_section(shard: &Shard) -> Option<ClusterMetadata> {
+    shard.config.cluster.as_ref()?;
+    let status = shard.cluster_view()?.status();
+    let nodes = status
+        .nodes
+        .iter()
+        .filter_map(|node| {
+            let (host, port) = node.client_addr.rsplit_once(':')?;
+            Some(NodeAddress {
+                id: node.id.0,
+                host: host
+                    .trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .to_string(),
+                port: port.parse().ok()?,
+            })
+        })
+        .collect();
+    Some(ClusterMetadata {
+        node: shard.placement().node().0,
+        nodes,
+    })
 }

@@ -1,0 +1,112 @@
+//! The CLI's connections routed by partition owner ([`Routed`]): `produce` and `consume`
+//! bootstrapped on one node of a cluster reach the partitions of the others.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::cli::{BrokerArgs, ReconnectArgs, connect, describe, reconnect, reconnect_to};
+use crate::client::ClientError;
+use crate::client::blocking::Client;
+use crate::client::routing::Routed;
+use crate::protocol::native::MetadataResponse;
+
+/// Connects to `--broker` and learns `topics`' routes; reads on every connection wait up
+/// to the timeout plus `extra` (a fetch's long poll).
+pub(super) fn routed(
+    target: &BrokerArgs,
+    extra: Duration,
+    topics: &[&str],
+) -> Result<(Routed, MetadataResponse), String> {
+    let mut client = target.connect(extra)?;
+    let bootstrap = client.stream().tcp().peer_addr().map_err(|e| e.to_string())?;
+    let (timeout, read_timeout) = (target.timeout(), target.timeout() + extra);
+    // The other nodes with the same TLS and login as the bootstrap connection.
+    let options = target.security.options()?;
+    let connect_node = Box::new(move |addr: SocketAddr| {
+        let client = Client::connect_with(&addr.to_string(), timeout, &options)?;
+        client.set_read_timeout(Some(read_timeout))?;
+        Ok::<_, ClientError>(client)
+    });
+    Routed::new(bootstrap, client, topics, connect_node).map_err(|e| {
+        format!(
+            "reading the metadata of {}: {}",
+            topics.join(", "),
+            describe(&e)
+        )
+    })
+}
+
+/// A new connection to `addr` after `why` lost the old one (as `reconnect`, which it is
+/// for the bootstrap address of `routed`).
+pub(super) fn reconnect_at(
+    target: &BrokerArgs,
+    routed: &Routed,
+    addr: SocketAddr,
+    retry: &ReconnectArgs,
+    extra: Duration,
+    why: &ClientError,
+) -> Result<Client, String> {
+    if addr == routed.routes().bootstrap() {
+        return reconnect(target, retry, extra, why);
+    }
+    let address = addr.to_string();
+    let options = target.security.options()?;
+    reconnect_to(&address, retry, why, || {
+        connect(&address, &options, target.timeout(), target.timeout() + extra)
+    })
+}
+
+/// On a cluster, a node knows the offsets of its own partitions only: asks each other node
+/// owning some of `metadata`'s partitions (reached from `bootstrap`, as the routes say) and
+/// puts its offsets in. A node that does not answer leaves zeros, with a warning.
+pub(super) fn remote_offsets(
+    target: &BrokerArgs,
+    bootstrap: SocketAddr,
+    names: &[&str],
+    metadata: &mut MetadataResponse,
+) {
+    let routes = crate::client::routing::Routes::new(bootstrap, metadata);
+    let mut nodes: Vec<u16> = metadata
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .filter_map(|p| p.owner_node)
+        .filter(|&n| metadata.cluster.as_ref().is_some_and(|c| c.node != n))
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let options = match target.security.options() {
+        Ok(options) => options,
+        Err(e) => {
+            eprintln!("pagurus: other nodes' offsets are not shown (0): {e}");
+            return;
+        }
+    };
+    for node in nodes {
+        let answer = routes
+            .node_address(node)
+            .ok_or_else(|| String::from("no address known"))
+            .and_then(|addr| {
+                connect(&addr.to_string(), &options, target.timeout(), target.timeout())
+            })
+            .and_then(|mut client| client.metadata(names).map_err(|e| describe(&e)));
+        let theirs = match answer {
+            Ok(theirs) => theirs,
+            Err(e) => {
+                eprintln!("pagurus: node {node}'s offsets are not shown (0): {e}");
+                continue;
+            }
+        };
+        for topic in &mut metadata.topics {
+            let Some(their) = theirs.topics.iter().find(|t| t.name == topic.name) else {
+                continue;
+            };
+            for (mine, their) in topic.partitions.iter_mut().zip(&their.partitions) {
+                if mine.owner_node == Some(node) {
+                    mine.log_start_offset = their.log_start_offset;
+                    mine.high_watermark = their.high_watermark;
+                }
+            }
+        }
+    }
+}
