@@ -18,7 +18,11 @@ pub(super) fn routed(
     topics: &[&str],
 ) -> Result<(Routed, MetadataResponse), String> {
     let mut client = target.connect(extra)?;
-    let bootstrap = client.stream().tcp().peer_addr().map_err(|e| e.to_string())?;
+    let bootstrap = client
+        .stream()
+        .tcp()
+        .peer_addr()
+        .map_err(|e| e.to_string())?;
     let (timeout, read_timeout) = (target.timeout(), target.timeout() + extra);
     // The other nodes with the same TLS and login as the bootstrap connection.
     let options = target.security.options()?;
@@ -52,7 +56,12 @@ pub(super) fn reconnect_at(
     let address = addr.to_string();
     let options = target.security.options()?;
     reconnect_to(&address, retry, why, || {
-        connect(&address, &options, target.timeout(), target.timeout() + extra)
+        connect(
+            &address,
+            &options,
+            target.timeout(),
+            target.timeout() + extra,
+        )
     })
 }
 
@@ -87,7 +96,12 @@ pub(super) fn remote_offsets(
             .node_address(node)
             .ok_or_else(|| String::from("no address known"))
             .and_then(|addr| {
-                connect(&addr.to_string(), &options, target.timeout(), target.timeout())
+                connect(
+                    &addr.to_string(),
+                    &options,
+                    target.timeout(),
+                    target.timeout(),
+                )
             })
             .and_then(|mut client| client.metadata(names).map_err(|e| describe(&e)));
         let theirs = match answer {

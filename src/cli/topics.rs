@@ -148,7 +148,11 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
             // On a cluster: each partition's node, and the offsets its node knows.
             let clustered = metadata.cluster.is_some();
             if clustered {
-                let peer = client.stream().tcp().peer_addr().map_err(|e| e.to_string())?;
+                let peer = client
+                    .stream()
+                    .tcp()
+                    .peer_addr()
+                    .map_err(|e| e.to_string())?;
                 super::routed::remote_offsets(&args.target, peer, &names, &mut metadata);
             }
             match output {
