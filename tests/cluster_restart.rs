@@ -10,8 +10,14 @@ use std::time::Duration;
 use common::cluster::{Cluster, agreed, eventually, partitions_on};
 use pagurus::protocol::native::TopicSettings;
 
-/// Each partition's owner node of `topic`, as node `id` answers.
+/// Each partition's owner node of `topic`, as node `id` answers once it knows the topic
+/// (a node makes the partition files, then publishes the topic to its cores: under load its
+/// metadata can lag the files by a moment).
 fn owners(cluster: &mut Cluster, id: u16, topic: &str) -> Vec<Option<u16>> {
+    eventually(&format!("node {id} knows {topic}"), || {
+        let metadata = cluster.node(id).client().metadata(&[topic]).unwrap();
+        metadata.topics[0].error == 0
+    });
     let metadata = cluster.node(id).client().metadata(&[topic]).unwrap();
     assert_eq!(metadata.topics[0].error, 0, "{metadata:?}");
     let owners = metadata.topics[0].partitions.iter();
