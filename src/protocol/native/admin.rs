@@ -305,6 +305,22 @@ mod tests {
     }
 
     #[test]
+    fn change_acl_takes_add_as_0_or_1_only() {
+        // Any other byte would decode and re-encode differently (found by fuzz).
+        let mut out = Vec::new();
+        encode_request(
+            &mut out,
+            1,
+            &Request::ChangeAcl {
+                add: true,
+                acl: acl(),
+            },
+        );
+        out[FRAME_LEN_BYTES + 8] = 2;
+        assert!(decode_request(&out[FRAME_LEN_BYTES..], &Limits::default()).is_err());
+    }
+
+    #[test]
     fn a_set_user_without_or_with_too_many_credentials_is_malformed() {
         for count in [0u8, 3] {
             let mut out = Vec::new();

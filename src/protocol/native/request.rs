@@ -334,7 +334,11 @@ fn decode_request_body<'a>(
         },
         ApiKey::ListAcls => Request::ListAcls,
         ApiKey::ChangeAcl => Request::ChangeAcl {
-            add: r.u8("add")? != 0,
+            add: match r.u8("add")? {
+                0 => false,
+                1 => true,
+                _ => return Err(Malformed { what: "add" }.into()),
+            },
             acl: WireAcl::read(&mut r)?,
         },
     };
