@@ -1,7 +1,6 @@
 //! A cluster of nodes of the real binary on 127.0.0.1 for the cluster tests: each node
 //! with its own data directory, client port and cluster port.
 
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -13,18 +12,10 @@ use super::Broker;
 /// ClusterStatus's role code of a leader (docs/PROTOCOL.md).
 pub const LEADER: u8 = 4;
 
-/// A free port below the ephemeral range (a restarted node binds it again).
+/// A free port below the ephemeral range (a restarted node binds it again), never one
+/// handed out before in this test process.
 pub fn free_port() -> u16 {
-    use std::hash::{BuildHasher, Hasher};
-    for attempt in 0..1000u64 {
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u64(attempt);
-        let port = (10_000 + hasher.finish() % 22_000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free port found");
+    super::free_ports(0)
 }
 
 pub struct Cluster {

@@ -86,17 +86,27 @@ pub struct Broker {
 /// range (32768-60999 by default). A broker is restarted on the same ports, and a port from
 /// the ephemeral range can meanwhile become the local end of some outgoing connection (a
 /// test's own client, even), which makes the restart fail with "address in use".
+///
+/// A range is handed out once per test process: a test that picks ports for its own
+/// listeners and then starts a broker (which picks its main port) must not get the same,
+/// still unbound, ports twice.
 pub fn free_ports(extra: u16) -> u16 {
     use std::hash::{BuildHasher, Hasher};
     const LOW: u64 = 10_000;
     const HIGH: u64 = 32_000;
+    static HANDED_OUT: std::sync::Mutex<Vec<(u16, u16)>> = std::sync::Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap_or_else(|e| e.into_inner());
     for attempt in 0..1000u64 {
         let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
         hasher.write_u64(attempt);
         hasher.write_u32(std::process::id());
         let port = (LOW + hasher.finish() % (HIGH - LOW)) as u16;
-        let all_free = (0..=extra).all(|i| TcpListener::bind(("127.0.0.1", port + i)).is_ok());
+        let last = port + extra;
+        let taken = handed_out.iter().any(|&(a, b)| port <= b && a <= last);
+        let all_free =
+            !taken && (0..=extra).all(|i| TcpListener::bind(("127.0.0.1", port + i)).is_ok());
         if all_free {
+            handed_out.push((port, last));
             return port;
         }
     }
