@@ -28,17 +28,19 @@ pub fn run(args: &ConsumeArgs, group: &str) -> Result<(), String> {
     };
     let wait_ms = if args.exit_at_end { 0 } else { args.wait_ms };
     let wait = Duration::from_millis(wait_ms.into());
-    let mut client = args.target.connect(wait)?;
+    let mut routed = crate::cli::routed::bare(&args.target, wait)?;
     // Fails for a topic that does not exist (a member of a group creates no topic).
-    client
-        .list_offsets(&args.topic, 0, OffsetSpec::Earliest)
+    routed
+        .on_owner(&args.topic, 0, |client| {
+            client.list_offsets(&args.topic, 0, OffsetSpec::Earliest)
+        })
         .map_err(|e| format!("reading topic {}: {}", args.topic, describe(&e)))?;
     let mut config = GroupConfig::new(group, &[args.topic.as_str()]);
     config.client_id = String::from("pagurus-consume");
     config.session_timeout = Duration::from_millis(args.session_timeout_ms.into());
     let (stop, signal) = stop_on_signals()?;
     let mut member = Member {
-        consumer: GroupConsumer::new(client, config, reset, args.target.timeout() + wait),
+        consumer: GroupConsumer::routed(routed, config, reset, args.target.timeout() + wait),
         args,
         stop,
         out: std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock()),

@@ -4,8 +4,8 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use crate::cli::{BrokerArgs, Output, describe, print_json, print_out, table, topic_error};
-use crate::client::blocking::Client;
 use crate::client::consume::StartAt;
+use crate::client::routing::Routed;
 use crate::protocol::native::{ErrorCode, GroupDescription, OffsetSpec};
 
 #[derive(Debug, Args)]
@@ -58,9 +58,11 @@ pub enum GroupsCommand {
 }
 
 pub fn run(args: GroupsArgs) -> Result<(), String> {
-    let mut client = args.target.connect(std::time::Duration::ZERO)?;
+    // A group's calls go to its coordinator's node, found from a `NotHere` answer.
+    let mut routed = super::routed::bare(&args.target, std::time::Duration::ZERO)?;
     match args.command {
         GroupsCommand::List { output } => {
+            let client = routed.bootstrap_client();
             let groups = client.list_groups().map_err(|e| describe(&e))?;
             match output {
                 Output::Text => {
@@ -76,8 +78,8 @@ pub fn run(args: GroupsArgs) -> Result<(), String> {
             }
         }
         GroupsCommand::Describe { group, output } => {
-            let mut described = client
-                .describe_group(&group)
+            let mut described = routed
+                .on_coordinator(&group, |client| client.describe_group(&group))
                 .map_err(|e| format!("describing group {group}: {}", describe(&e)))?;
             described
                 .partitions
@@ -88,8 +90,8 @@ pub fn run(args: GroupsArgs) -> Result<(), String> {
             }
         }
         GroupsCommand::Delete { group } => {
-            client
-                .delete_group(&group)
+            routed
+                .on_coordinator(&group, |client| client.delete_group(&group))
                 .map_err(|e| format!("deleting group {group}: {}", describe(&e)))?;
             print_out(&format!("deleted group {group}\n"))?;
         }
@@ -98,7 +100,7 @@ pub fn run(args: GroupsArgs) -> Result<(), String> {
             topic,
             partition,
             to,
-        } => reset_offsets(&mut client, &group, &topic, partition, to)?,
+        } => reset_offsets(&mut routed, &group, &topic, partition, to)?,
     }
     Ok(())
 }
@@ -212,13 +214,14 @@ fn describe_text(group: &str, described: &GroupDescription) -> String {
 }
 
 fn reset_offsets(
-    client: &mut Client,
+    routed: &mut Routed,
     group: &str,
     topic: &str,
     partition: Option<u32>,
     to: StartAt,
 ) -> Result<(), String> {
-    let metadata = client
+    let metadata = routed
+        .bootstrap_client()
         .metadata(&[topic])
         .map_err(|e| format!("reading topic {topic}: {}", describe(&e)))?;
     // Worded as every other subcommand words a missing topic.
@@ -241,19 +244,23 @@ fn reset_offsets(
     // so a refusal leaves the group's offsets as they were.
     let mut offsets = Vec::with_capacity(partitions.len());
     for partition in partitions {
-        let find = |client: &mut Client, spec| {
-            client.list_offsets(topic, partition, spec).map_err(|e| {
-                format!(
-                    "finding the offset of {topic}/{partition}: {}",
-                    describe(&e)
-                )
-            })
+        let find = |routed: &mut Routed, spec| {
+            routed
+                .on_owner(topic, partition, |client| {
+                    client.list_offsets(topic, partition, spec)
+                })
+                .map_err(|e| {
+                    format!(
+                        "finding the offset of {topic}/{partition}: {}",
+                        describe(&e)
+                    )
+                })
         };
         let offset = match spec {
-            Ok(spec) => find(client, spec)?,
+            Ok(spec) => find(routed, spec)?,
             Err(offset) => {
-                let start = find(client, OffsetSpec::Earliest)?;
-                let end = find(client, OffsetSpec::Latest)?;
+                let start = find(routed, OffsetSpec::Earliest)?;
+                let end = find(routed, OffsetSpec::Latest)?;
                 check_in_log(topic, partition, offset, start, end)?;
                 offset
             }
@@ -262,8 +269,10 @@ fn reset_offsets(
     }
     let mut rows = Vec::new();
     for (partition, offset) in offsets {
-        client
-            .commit_offset(group, topic, partition, offset)
+        routed
+            .on_coordinator(group, |client| {
+                client.commit_offset(group, topic, partition, offset)
+            })
             .map_err(|e| {
                 format!(
                     "setting {topic}/{partition} of group {group}: {}",

@@ -1,5 +1,6 @@
 //! The CLI's connections routed by partition owner ([`Routed`]): `produce` and `consume`
-//! bootstrapped on one node of a cluster reach the partitions of the others.
+//! bootstrapped on one node of a cluster reach the partitions of the others, and `groups`
+//! and `consume --group` a group's coordinator on another node.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -7,7 +8,7 @@ use std::time::Duration;
 use crate::cli::{BrokerArgs, ReconnectArgs, connect, describe, reconnect, reconnect_to};
 use crate::client::ClientError;
 use crate::client::blocking::Client;
-use crate::client::routing::Routed;
+use crate::client::routing::{Connect, Routed};
 use crate::protocol::native::MetadataResponse;
 
 /// Connects to `--broker` and learns `topics`' routes; reads on every connection wait up
@@ -17,20 +18,7 @@ pub(super) fn routed(
     extra: Duration,
     topics: &[&str],
 ) -> Result<(Routed, MetadataResponse), String> {
-    let mut client = target.connect(extra)?;
-    let bootstrap = client
-        .stream()
-        .tcp()
-        .peer_addr()
-        .map_err(|e| e.to_string())?;
-    let (timeout, read_timeout) = (target.timeout(), target.timeout() + extra);
-    // The other nodes with the same TLS and login as the bootstrap connection.
-    let options = target.security.options()?;
-    let connect_node = Box::new(move |addr: SocketAddr| {
-        let client = Client::connect_with(&addr.to_string(), timeout, &options)?;
-        client.set_read_timeout(Some(read_timeout))?;
-        Ok::<_, ClientError>(client)
-    });
+    let (bootstrap, client, connect_node) = parts(target, extra)?;
     Routed::new(bootstrap, client, topics, connect_node).map_err(|e| {
         format!(
             "reading the metadata of {}: {}",
@@ -38,6 +26,32 @@ pub(super) fn routed(
             describe(&e)
         )
     })
+}
+
+/// Connects to `--broker` and routes every call there until a `NotHere` answer says
+/// otherwise (a group's calls, or a partition's): nothing is asked now.
+pub(super) fn bare(target: &BrokerArgs, extra: Duration) -> Result<Routed, String> {
+    let (bootstrap, client, connect_node) = parts(target, extra)?;
+    Ok(Routed::bare(bootstrap, client, connect_node))
+}
+
+/// The bootstrap connection, its address, and how to connect to the other nodes (with
+/// the same TLS, login and timeouts).
+fn parts(target: &BrokerArgs, extra: Duration) -> Result<(SocketAddr, Client, Connect), String> {
+    let mut client = target.connect(extra)?;
+    let bootstrap = client
+        .stream()
+        .tcp()
+        .peer_addr()
+        .map_err(|e| e.to_string())?;
+    let (timeout, read_timeout) = (target.timeout(), target.timeout() + extra);
+    let options = target.security.options()?;
+    let connect_node = Box::new(move |addr: SocketAddr| {
+        let client = Client::connect_with(&addr.to_string(), timeout, &options)?;
+        client.set_read_timeout(Some(read_timeout))?;
+        Ok::<_, ClientError>(client)
+    });
+    Ok((bootstrap, client, connect_node))
 }
 
 /// A new connection to `addr` after `why` lost the old one (as `reconnect`, which it is

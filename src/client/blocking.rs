@@ -451,6 +451,19 @@ impl Client {
         self.reply().cluster_status()
     }
 
+    /// Where `group`'s coordinator is: the node whose group and offset calls it takes
+    /// (on a broker alone, always the one asked).
+    pub fn find_coordinator(
+        &mut self,
+        group: &str,
+    ) -> Result<native::CoordinatorResponse, ClientError> {
+        self.call(&Request::FindCoordinator {
+            group: group.as_bytes(),
+        })?;
+        native::decode_coordinator_response(self.body())
+            .map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
     pub fn list_groups(&mut self) -> Result<Vec<String>, ClientError> {
         self.call(&Request::ListGroups)?;
         self.reply().groups()

@@ -9,7 +9,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use crate::protocol::native::{ErrorCode, MetadataResponse};
 
 mod routed;
-pub use routed::{NOT_HERE_RETRIES, Routed};
+pub use routed::{Connect, NOT_HERE_RETRIES, Routed};
 
 /// What a client learned from metadata about one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]

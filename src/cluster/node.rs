@@ -494,6 +494,7 @@ impl Driver {
         if self.owners_at != Some(controller.applied()) {
             self.owners_at = Some(controller.applied());
             self.view.set_owners(owners_of(controller.state()));
+            self.view.set_members(members_of(controller.state()));
             self.pending.push(TopicChange::Changed);
         }
         let status = status_of(self.me, controller);
@@ -544,6 +545,13 @@ pub(crate) fn owners_of(state: &ClusterState) -> TopicOwners {
             (t.name.clone(), placed)
         })
         .collect()
+}
+
+/// The registered nodes and their cores, by id, as the view shows them.
+pub(crate) fn members_of(state: &ClusterState) -> Vec<(NodeId, u16)> {
+    let mut members: Vec<(NodeId, u16)> = state.nodes().map(|n| (n.id, n.cores)).collect();
+    members.sort();
+    members
 }
 
 /// What `controller` knows, as the view shows it.

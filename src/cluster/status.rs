@@ -128,6 +128,9 @@ pub struct ClusterView {
     /// Read on every produce and fetch of a cluster node (the shard's placement), so kept
     /// apart from the status and replaced whole when the controller's topics change.
     owners: RwLock<Arc<TopicOwners>>,
+    /// The registered nodes and their cores, by id: what a group's coordinator is chosen
+    /// from (`cluster::table::coordinator_among`), read on every group call.
+    members: RwLock<Arc<Vec<(NodeId, u16)>>>,
 }
 
 impl ClusterView {
@@ -139,6 +142,7 @@ impl ClusterView {
                 leader_changes: 0,
             }),
             owners: RwLock::new(Arc::default()),
+            members: RwLock::new(Arc::default()),
         })
     }
 
@@ -175,6 +179,24 @@ impl ClusterView {
             .owners
             .write()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(owners);
+    }
+
+    /// The registered nodes and their cores, by id (empty until the controller's state
+    /// names one).
+    pub fn members(&self) -> Arc<Vec<(NodeId, u16)>> {
+        Arc::clone(
+            &self
+                .members
+                .read()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
+
+    pub fn set_members(&self, members: Vec<(NodeId, u16)>) {
+        *self
+            .members
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(members);
     }
 
     pub fn snapshot(&self) -> Snapshot {

@@ -11,7 +11,34 @@ use std::sync::Arc;
 
 use crate::cluster::status::ClusterView;
 use crate::config::BrokerConfig;
+use crate::protocol::routing::fnv1a32;
 use crate::shard::placement::{Address, CoreId, NodeId, OneNode, Place, Placement};
+
+/// A group's coordinator among the registered nodes (`members`: id and cores, sorted by
+/// id): every core of every registered node, in node then core order, is one place, and
+/// the group's is place `fnv1a32(group) % places`. The same on every node that applied the
+/// same nodes, stable while they and their cores are unchanged, and on one node the
+/// one-node rule (`fnv1a32(group) % cores`). Liveness is left out on purpose: a group's
+/// committed offsets are on its coordinator's node, so a group waits for a node that is
+/// down rather than move to one without its offsets. `None` when no node is registered.
+pub fn coordinator_among(
+    members: &[(crate::cluster::NodeId, u16)],
+    group: &str,
+) -> Option<(crate::cluster::NodeId, u16)> {
+    let places: u64 = members.iter().map(|&(_, cores)| u64::from(cores)).sum();
+    if places == 0 {
+        return None;
+    }
+    let mut at = u64::from(fnv1a32(group.as_bytes())) % places;
+    for &(node, cores) in members {
+        let cores = u64::from(cores);
+        if at < cores {
+            return Some((node, at as u16));
+        }
+        at -= cores;
+    }
+    None
+}
 
 pub struct ClusterTable {
     local: OneNode,
@@ -75,7 +102,19 @@ impl Placement for ClusterTable {
     }
 
     fn coordinator(&self, group: &str) -> Place {
-        self.local.coordinator(group)
+        match coordinator_among(&self.view.members(), group) {
+            // A core this node no longer has (started with fewer cores since its last
+            // registration): its own rule until it registers its cores again.
+            Some((node, core)) if node.0 == self.node.0 && usize::from(core) >= self.cores => {
+                self.local.coordinator(group)
+            }
+            Some((node, core)) => Place {
+                node: NodeId(node.0),
+                core: CoreId(core),
+            },
+            // No node registered yet (a first start before the controller applied one).
+            None => self.local.coordinator(group),
+        }
     }
 
     fn offsets_owner(&self, shard: usize) -> Place {
@@ -109,5 +148,49 @@ impl Placement for ClusterTable {
 
     fn listening_on(&self, port: u16) -> Option<Place> {
         self.local.listening_on(port)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cluster::NodeId as Id;
+    use crate::shard::placement::group_coordinator;
+
+    #[test]
+    fn a_group_coordinator_is_the_hash_over_every_registered_core() {
+        let members = [(Id(1), 2), (Id(2), 2), (Id(3), 2)];
+        for group in ["g", "orders", "billing-7", "x"] {
+            let at = fnv1a32(group.as_bytes()) % 6;
+            let want = (Id(1 + (at / 2) as u16), (at % 2) as u16);
+            assert_eq!(coordinator_among(&members, group), Some(want), "{group}");
+        }
+        // Nodes with different core counts: place 0..3 on node 1, 3 on node 5.
+        let uneven = [(Id(1), 3), (Id(5), 1)];
+        let places: Vec<_> = (0..200)
+            .map(|i| coordinator_among(&uneven, &format!("g{i}")).unwrap())
+            .collect();
+        assert!(places.contains(&(Id(5), 0)) && places.contains(&(Id(1), 2)));
+        assert!(
+            places
+                .iter()
+                .all(|&(n, c)| (n == Id(1) && c < 3) || (n == Id(5) && c == 0))
+        );
+        assert_eq!(coordinator_among(&[], "g"), None);
+        assert_eq!(coordinator_among(&[(Id(1), 0)], "g"), None);
+    }
+
+    #[test]
+    fn one_registered_node_is_the_one_node_rule() {
+        for cores in 1..6u16 {
+            for group in ["a", "orders", "consumers-of-things"] {
+                let (node, core) = coordinator_among(&[(Id(4), cores)], group).unwrap();
+                assert_eq!(node, Id(4));
+                assert_eq!(
+                    usize::from(core),
+                    group_coordinator(group, usize::from(cores))
+                );
+            }
+        }
     }
 }

@@ -44,8 +44,8 @@ pub(crate) fn view(config: &BrokerConfig) -> Arc<ClusterView> {
     }
 }
 
-/// A restarted node's view starts with the topics its controller had applied (read from
-/// its files): the cores open their partitions before the controller runs, and without
+/// A restarted node's view starts with the topics and nodes its controller had applied
+/// (read from its files; the nodes place the groups from the first request): the cores open their partitions before the controller runs, and without
 /// it every partition of a topic on disk would look like this node's (the one-node rule
 /// answers for a topic the view lacks), and be made here.
 fn seed_topics(data_dir: &std::path::Path, view: &ClusterView) {
@@ -60,7 +60,10 @@ fn seed_topics(data_dir: &std::path::Path, view: &ClusterView) {
         .map_err(|e| e.to_string())
         .and_then(|store| committed_state(&store).map_err(|e| e.to_string()));
     match state {
-        Ok(state) => view.set_owners(crate::cluster::node::owners_of(&state)),
+        Ok(state) => {
+            view.set_owners(crate::cluster::node::owners_of(&state));
+            view.set_members(crate::cluster::node::members_of(&state));
+        }
         // The controller's own start reports it and refuses.
         Err(error) => tracing::warn!(%error, "the controller's applied topics are not known yet"),
     }

@@ -4,6 +4,7 @@
 use std::rc::Rc;
 
 use crate::shard::calls::{CommitOffset, FetchOffset, GroupOffset, GroupOffsets, Run};
+use crate::shard::placement::NotHere;
 use crate::shard::used::UsedTopics;
 use crate::shard::{Shard, ShardError, offsets};
 
@@ -24,6 +25,16 @@ impl GroupPartition {
 }
 
 impl Shard {
+    /// A group's committed offsets are kept on its coordinator's node (on one node: here):
+    /// another node answers [`NotHere`] naming the coordinator, so the client asks there.
+    pub(crate) fn group_here(&self, group: &str) -> Result<(), NotHere> {
+        let place = self.placement().coordinator(group);
+        if place.node != self.placement().node() {
+            return Err(NotHere { place });
+        }
+        Ok(())
+    }
+
     /// Stores a group's offset (the next offset it will consume) durably, from outside a
     /// generation (a consumer that picks its partitions itself, an admin tool): refused
     /// while the group has members, whose commits are fenced by their generation
@@ -42,9 +53,13 @@ impl Shard {
         let name = self.valid_name(group, "group")?;
         self.check_commit(name, "", -1)
             .await
-            .map_err(|_| ShardError::GroupNotEmpty {
-                group: name.to_string(),
-                reason: "only they commit its offsets, each for its generation",
+            .map_err(|refused| match refused {
+                // Another node's group: the client asks its coordinator.
+                ShardError::NotHere(_) => refused,
+                _ => ShardError::GroupNotEmpty {
+                    group: name.to_string(),
+                    reason: "only they commit its offsets, each for its generation",
+                },
             })?;
         self.store_offset(group, topic, partition, offset, String::new())
             .await
@@ -60,6 +75,7 @@ impl Shard {
         metadata: String,
     ) -> Result<(), ShardError> {
         let key = self.offsets_key(group, topic, partition)?;
+        self.group_here(self.valid_name(group, "group")?)?;
         let owner = self.placement().offsets_owner(offsets::shard_of(&key));
         let call = CommitOffset {
             key,
@@ -88,6 +104,7 @@ impl Shard {
         partition: u32,
     ) -> Result<Option<(u64, String)>, ShardError> {
         let key = self.offsets_key(group, topic, partition)?;
+        self.group_here(self.valid_name(group, "group")?)?;
         let owner = self.placement().offsets_owner(offsets::shard_of(&key));
         self.route(owner, FetchOffset { key }).await
     }
@@ -97,6 +114,9 @@ impl Shard {
         self: &Rc<Self>,
         group: Option<&str>,
     ) -> Result<Vec<GroupOffset>, ShardError> {
+        if let Some(group) = group {
+            self.group_here(group)?;
+        }
         let calls = self
             .local_places()
             .into_iter()

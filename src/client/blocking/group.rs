@@ -3,6 +3,10 @@
 //! come and go. Every call waits at most its bound (the join the rebalance timeout plus
 //! the connection's timeout, a fetch the wait asked for). The member's decisions are the
 //! sans-IO [`Membership`], shared with [`crate::client::glommio::GroupConsumer`].
+//!
+//! On a cluster its calls are [`Routed`]: the group's to its coordinator's node, a
+//! partition's to its owner's, each learnt from a `NotHere` answer; on a broker alone
+//! everything goes to the one connection, as it always did.
 
 use std::thread;
 use std::time::{Duration, Instant};
@@ -10,6 +14,7 @@ use std::time::{Duration, Instant};
 use crate::client::ClientError;
 use crate::client::blocking::{Client, Fetched};
 use crate::client::group::{GroupConfig, Membership, Next, next_after};
+use crate::client::routing::Routed;
 use crate::protocol::native::OffsetSpec;
 
 /// Batches one poll read from one partition.
@@ -24,7 +29,7 @@ pub struct GroupFetch {
 }
 
 pub struct GroupConsumer {
-    client: Client,
+    routed: Routed,
     member: Membership,
     /// Where a partition with no committed offset starts.
     reset: OffsetSpec,
@@ -36,14 +41,32 @@ pub struct GroupConsumer {
 impl GroupConsumer {
     /// A consumer on `client`; it joins at the first [`GroupConsumer::poll`]. `read_timeout`
     /// is the connection's answer timeout outside joins (a fetch's wait comes on top).
+    /// Connections to other nodes of a cluster are plain ones with that timeout.
     pub fn new(
-        client: Client,
+        mut client: Client,
+        config: GroupConfig,
+        reset: OffsetSpec,
+        read_timeout: Duration,
+    ) -> Result<GroupConsumer, ClientError> {
+        let bootstrap = client.stream().tcp().peer_addr()?;
+        let connect = Box::new(move |addr: std::net::SocketAddr| {
+            let client = Client::connect_timeout(addr, read_timeout)?;
+            client.set_read_timeout(Some(read_timeout))?;
+            Ok(client)
+        });
+        let routed = Routed::bare(bootstrap, client, connect);
+        Ok(GroupConsumer::routed(routed, config, reset, read_timeout))
+    }
+
+    /// A consumer on `routed`'s connections (the caller's TLS and login on each).
+    pub fn routed(
+        routed: Routed,
         config: GroupConfig,
         reset: OffsetSpec,
         read_timeout: Duration,
     ) -> GroupConsumer {
         GroupConsumer {
-            client,
+            routed,
             member: Membership::new(config),
             reset,
             read_timeout,
@@ -67,7 +90,7 @@ impl GroupConsumer {
 
     /// Replaces a lost connection (the driver reconnected); the member joins again.
     pub fn reconnected(&mut self, client: Client) {
-        self.client = client;
+        self.routed.reset(client);
         self.member.rejoin(Next::Rejoin);
     }
 
@@ -115,9 +138,10 @@ impl GroupConsumer {
             .member
             .position(topic, partition)
             .expect("assigned partitions have positions");
-        let fetched = self
-            .client
-            .fetch(topic, partition, from, self.max_bytes, wait);
+        let max_bytes = self.max_bytes;
+        let fetched = self.routed.on_owner(topic, partition, |client| {
+            client.fetch(topic, partition, from, max_bytes, wait)
+        });
         let (outcome, fetched) = match fetched {
             Ok(fetched) => (Ok(fetched.next_offset()), Some(fetched)),
             Err(e) => (Err(e), None),
@@ -153,10 +177,10 @@ impl GroupConsumer {
                 self.member.member_id.as_str(),
                 generation,
             );
-            match self
-                .client
-                .commit_group_offset(member, &topic, partition, offset)
-            {
+            let committed = self.routed.on_coordinator(member.0, |client| {
+                client.commit_group_offset(member, &topic, partition, offset)
+            });
+            match committed {
                 Ok(()) => self.member.committed_at(&topic, partition, offset),
                 Err(e) => match next_after(&e) {
                     Next::Fail => return Err(e),
@@ -175,7 +199,8 @@ impl GroupConsumer {
         self.commit()?;
         if self.member.generation().is_some() {
             let (group, id) = (&self.member.config.group, &self.member.member_id);
-            self.client.leave_group(group, id)?;
+            self.routed
+                .on_coordinator(group, |client| client.leave_group(group, id))?;
         }
         Ok(())
     }
@@ -183,11 +208,10 @@ impl GroupConsumer {
     fn heartbeat(&mut self) -> Result<(), ClientError> {
         let generation = self.member.generation().expect("joined");
         self.member.heartbeat_sent(Instant::now());
-        let result = self.client.heartbeat(
-            &self.member.config.group,
-            &self.member.member_id,
-            generation,
-        );
+        let (group, id) = (&self.member.config.group, &self.member.member_id);
+        let result = self
+            .routed
+            .on_coordinator(group, |client| client.heartbeat(group, id, generation));
         match result {
             Ok(()) => Ok(()),
             Err(e) => match next_after(&e) {
@@ -206,29 +230,41 @@ impl GroupConsumer {
     }
 
     fn join(&mut self) -> Result<(), ClientError> {
-        let bound = self.member.config.rebalance_timeout + self.read_timeout;
-        self.client.set_read_timeout(Some(bound))?;
+        let (bound, read_timeout) = (
+            self.member.config.rebalance_timeout + self.read_timeout,
+            self.read_timeout,
+        );
         let joined = loop {
-            match self.client.join_group(&self.member.join_request()) {
+            let request = self.member.join_request();
+            let group = self.member.config.group.as_str();
+            let joined = self.routed.on_coordinator(group, |client| {
+                client.set_read_timeout(Some(bound))?;
+                let joined = client.join_group(&request);
+                client.set_read_timeout(Some(read_timeout))?;
+                joined
+            });
+            match joined {
                 Ok(joined) => break joined,
                 // The rebalance outlasted this join, or the group forgot the member:
                 // join again.
                 Err(e) => match next_after(&e) {
-                    Next::Fail => {
-                        self.client.set_read_timeout(Some(self.read_timeout))?;
-                        return Err(e);
-                    }
+                    Next::Fail => return Err(e),
                     next => self.member.rejoin(next),
                 },
             }
         };
-        self.client.set_read_timeout(Some(self.read_timeout))?;
         for (topic, partition) in self.member.joined(joined, Instant::now()) {
-            let group = &self.member.config.group;
-            match self.client.fetch_offset(group, &topic, partition)? {
+            let group = self.member.config.group.as_str();
+            let committed = self.routed.on_coordinator(group, |client| {
+                client.fetch_offset(group, &topic, partition)
+            })?;
+            match committed {
                 Some(offset) => self.member.seek(&topic, partition, offset, true),
                 None => {
-                    let offset = self.client.list_offsets(&topic, partition, self.reset)?;
+                    let reset = self.reset;
+                    let offset = self.routed.on_owner(&topic, partition, |client| {
+                        client.list_offsets(&topic, partition, reset)
+                    })?;
                     self.member.seek(&topic, partition, offset, false);
                 }
             }

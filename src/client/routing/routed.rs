@@ -4,8 +4,11 @@
 //! a partition to its owner core); on a cluster, a partition of another node goes to that
 //! node's address. A `NotHere` answer (the placement moved, or the routes were stale)
 //! makes the caller refresh the routes and try again, a bounded number of times.
+//!
+//! A group's calls go to its coordinator's node the same way: to the bootstrap
+//! connection until a `NotHere` answer, then to the node FindCoordinator names.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 
 use super::Routes;
 use crate::client::ClientError;
@@ -23,6 +26,8 @@ pub struct Routed {
     connect: Connect,
     /// The bootstrap connection first, then one per other node used.
     clients: Vec<(SocketAddr, Client)>,
+    /// The last group whose coordinator was looked up, and its node's address.
+    coordinator: Option<(String, SocketAddr)>,
 }
 
 impl Routed {
@@ -39,8 +44,37 @@ impl Routed {
             routes: Routes::new(bootstrap, &metadata),
             connect,
             clients: vec![(bootstrap, client)],
+            coordinator: None,
         };
         Ok((routed, metadata))
+    }
+
+    /// Routes that know nothing yet: every call goes to `client` (connected to
+    /// `bootstrap`) until a `NotHere` answer makes them learn (no request is sent now).
+    pub fn bare(bootstrap: SocketAddr, client: Client, connect: Connect) -> Routed {
+        let nothing = MetadataResponse {
+            core_ports: Vec::new(),
+            topics: Vec::new(),
+            cluster: None,
+        };
+        Routed {
+            routes: Routes::new(bootstrap, &nothing),
+            connect,
+            clients: vec![(bootstrap, client)],
+            coordinator: None,
+        }
+    }
+
+    /// A new bootstrap connection after the old one was lost; the other nodes'
+    /// connections are dropped too (made again when used).
+    pub fn reset(&mut self, client: Client) {
+        self.clients.clear();
+        self.clients.push((self.routes.bootstrap(), client));
+    }
+
+    /// The bootstrap connection.
+    pub fn bootstrap_client(&mut self) -> &mut Client {
+        &mut self.clients[0].1
     }
 
     pub fn routes(&self) -> &Routes {
@@ -95,6 +129,49 @@ impl Routed {
             Some((_, old)) => *old = client,
             None => self.clients.push((addr, client)),
         }
+    }
+
+    /// Runs `call`, a call of `group`, on the connection to its coordinator's node (the
+    /// bootstrap one until told otherwise); answered `NotHere`, it asks the bootstrap
+    /// address where the coordinator is (FindCoordinator, on a connection of its own) and
+    /// tries there, at most [`NOT_HERE_RETRIES`] times.
+    pub fn on_coordinator<T>(
+        &mut self,
+        group: &str,
+        mut call: impl FnMut(&mut Client) -> Result<T, ClientError>,
+    ) -> Result<T, ClientError> {
+        let mut tries = 0;
+        loop {
+            let addr = match &self.coordinator {
+                Some((known, addr)) if known == group => *addr,
+                _ => self.routes.bootstrap(),
+            };
+            match call(self.client_at(addr)?) {
+                Err(e) if e.code() == Some(ErrorCode::NotHere) && tries < NOT_HERE_RETRIES => {
+                    tries += 1;
+                    let addr = self.find_coordinator(group)?;
+                    self.coordinator = Some((group.to_string(), addr));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The address of `group`'s coordinator node, as the bootstrap address answers.
+    fn find_coordinator(&mut self, group: &str) -> Result<SocketAddr, ClientError> {
+        let bootstrap = self.routes.bootstrap();
+        let found = (self.connect)(bootstrap)?.find_coordinator(group)?;
+        if found.here {
+            return Ok(bootstrap);
+        }
+        (found.host.as_str(), found.port)
+            .to_socket_addrs()
+            .map_err(ClientError::Io)?
+            .next()
+            .ok_or_else(|| {
+                let host = &found.host;
+                ClientError::Protocol(format!("the coordinator's host {host} has no address"))
+            })
     }
 
     /// Runs `call` on the connection to the partition's owner; answered `NotHere`, it

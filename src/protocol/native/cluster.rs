@@ -3,6 +3,9 @@
 //! Response body: `u16 node`, `u8 role`, `u64 term`, `u16 leader` (0: none known),
 //! `u64 applied`, `u32 count`, then `count` × (`u16 id`, `u8 live`, `u16 cores`,
 //! `string client address`, `string cluster address`).
+//!
+//! FindCoordinator: where a group's coordinator is. Response body: `u16 node`, `u16 core`,
+//! `u8 here` (1: the node asked), `string host`, `u16 port` (that node's client address).
 
 use crate::protocol::native::{ErrorCode, begin_response, end_frame};
 use crate::protocol::wire::{Malformed, Put, Reader};
@@ -93,6 +96,47 @@ pub fn decode_cluster_status_response(body: &[u8]) -> Result<ClusterStatusRespon
     })
 }
 
+/// The answer to FindCoordinator: the node (and its core) whose group and offset calls
+/// the group takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoordinatorResponse {
+    pub node: u16,
+    pub core: u16,
+    /// The coordinator is the node asked: keep sending the group's calls where this went.
+    pub here: bool,
+    /// The coordinator node's client host and main port (`--advertised-host` or as in
+    /// `--cluster-peers`; the node's own listen address on a broker alone).
+    pub host: String,
+    pub port: u16,
+}
+
+pub fn encode_coordinator_response(
+    out: &mut Vec<u8>,
+    correlation_id: u32,
+    coordinator: &CoordinatorResponse,
+) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.put_u16(coordinator.node);
+    out.put_u16(coordinator.core);
+    out.put_u8(u8::from(coordinator.here));
+    out.put_string(coordinator.host.as_bytes());
+    out.put_u16(coordinator.port);
+    end_frame(out, start);
+}
+
+pub fn decode_coordinator_response(body: &[u8]) -> Result<CoordinatorResponse, Malformed> {
+    let mut r = Reader::new(body);
+    let coordinator = CoordinatorResponse {
+        node: r.u16("node")?,
+        core: r.u16("core")?,
+        here: r.u8("here")? != 0,
+        host: lossy(r.string("host")?),
+        port: r.u16("port")?,
+    };
+    r.finish("find coordinator response")?;
+    Ok(coordinator)
+}
+
 fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -133,6 +177,27 @@ mod tests {
             decode_cluster_status_response(body(&frame)).unwrap(),
             status()
         );
+    }
+
+    #[test]
+    fn a_coordinator_round_trips_and_a_cut_one_is_refused() {
+        let coordinator = CoordinatorResponse {
+            node: 3,
+            core: 1,
+            here: false,
+            host: "10.0.0.3".into(),
+            port: 9092,
+        };
+        let mut frame = Vec::new();
+        encode_coordinator_response(&mut frame, 4, &coordinator);
+        let whole = body(&frame);
+        assert_eq!(decode_coordinator_response(whole).unwrap(), coordinator);
+        for cut in 0..whole.len() {
+            assert!(
+                decode_coordinator_response(&whole[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
     }
 
     #[test]

@@ -132,6 +132,7 @@ code_enum!(
         DeleteUser = 21,
         ListAcls = 22,
         ChangeAcl = 23,
+        FindCoordinator = 24,
     }
 );
 

@@ -80,6 +80,10 @@ pub enum Request<'a> {
     DeleteGroup {
         group: &'a [u8],
     },
+    /// Where a group's coordinator is (the node whose group and offset calls it takes).
+    FindCoordinator {
+        group: &'a [u8],
+    },
     /// One step of a SCRAM login (`auth.rs`): the client's message for `mechanism`.
     Authenticate {
         mechanism: &'a [u8],
@@ -316,6 +320,9 @@ fn decode_request_body<'a>(
         ApiKey::DeleteGroup => Request::DeleteGroup {
             group: r.string("group")?,
         },
+        ApiKey::FindCoordinator => Request::FindCoordinator {
+            group: r.string("group")?,
+        },
         ApiKey::Authenticate => {
             let mechanism = r.string("mechanism")?;
             let token = r.string("token")?;
@@ -392,6 +399,7 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         Request::LeaveGroup { .. } => ApiKey::LeaveGroup,
         Request::CommitGroupOffset { .. } => ApiKey::CommitGroupOffset,
         Request::DeleteGroup { .. } => ApiKey::DeleteGroup,
+        Request::FindCoordinator { .. } => ApiKey::FindCoordinator,
         Request::Authenticate { .. } => ApiKey::Authenticate,
         Request::ListUsers => ApiKey::ListUsers,
         Request::SetUser { .. } => ApiKey::SetUser,
@@ -518,7 +526,9 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
             out.put_u32(*partition);
             out.put_u64(*offset);
         }
-        Request::DeleteGroup { group } => out.put_string(group),
+        Request::DeleteGroup { group } | Request::FindCoordinator { group } => {
+            out.put_string(group)
+        }
         Request::Authenticate { mechanism, token } => {
             out.put_string(mechanism);
             out.put_string(token);

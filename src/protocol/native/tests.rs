@@ -85,6 +85,7 @@ fn every_request_round_trips() {
         Request::ListGroups,
         Request::ClusterStatus,
         Request::DescribeGroup { group: b"g" },
+        Request::FindCoordinator { group: b"g" },
         Request::Compact {
             topic: b"t",
             partition: 3,

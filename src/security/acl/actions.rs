@@ -104,6 +104,7 @@ pub enum NativeApi {
     DeleteUser,
     ListAcls,
     ChangeAcl,
+    FindCoordinator,
 }
 
 impl From<NativeKey> for NativeApi {
@@ -132,6 +133,7 @@ impl From<NativeKey> for NativeApi {
             NativeKey::DeleteUser => NativeApi::DeleteUser,
             NativeKey::ListAcls => NativeApi::ListAcls,
             NativeKey::ChangeAcl => NativeApi::ChangeAcl,
+            NativeKey::FindCoordinator => NativeApi::FindCoordinator,
         }
     }
 }
@@ -292,7 +294,8 @@ fn native(api: NativeApi) -> &'static [Need] {
             Need::On(Group, Describe, Request),
             Need::On(Topic, Describe, Item),
         ],
-        DescribeGroup => &[Need::On(Group, Describe, Request)],
+        // As Kafka's FindCoordinator.
+        DescribeGroup | FindCoordinator => &[Need::On(Group, Describe, Request)],
         ListGroups => LIST_GROUPS,
         DeleteGroup => &[Need::On(Group, Delete, Request)],
         // As Kafka's DescribeCluster.

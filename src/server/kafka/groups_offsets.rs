@@ -26,7 +26,7 @@ use tracing::debug;
 use super::errors::{
     self, INVALID_REQUEST, NONE, OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION,
 };
-use super::groups::{GROUP_SUBSCRIBED_TO_TOPIC, code, name_code};
+use super::groups::{GROUP_SUBSCRIBED_TO_TOPIC, NOT_COORDINATOR, code, name_code};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
 use crate::shard::Shard;
@@ -253,6 +253,17 @@ async fn fetch_group(
             .with_metadata(Some(StrBytes::from_string(metadata)))
             .with_error_code(code)
     };
+    // The group's coordinator is another node's: the group's code and every asked
+    // partition's (v0-v1 have no group code) send the client to FindCoordinator.
+    if shard.valid_name(group.as_bytes(), "group").is_ok() && shard.group_here(group).is_err() {
+        let topics = asked.into_iter().flatten().map(|(name, indexes)| {
+            let refused = indexes
+                .into_iter()
+                .map(|i| partition(i, None, NOT_COORDINATOR));
+            (name, refused.collect())
+        });
+        return (NOT_COORDINATOR, topics.collect());
+    }
     match asked {
         Some(asked) => {
             let mut topics = Vec::with_capacity(asked.len());
@@ -317,7 +328,7 @@ pub(super) fn delete(
             let partition_code = match &deleted {
                 Ok(_) => NONE,
                 Err(ShardError::GroupNotEmpty { .. }) => GROUP_SUBSCRIBED_TO_TOPIC,
-                Err(f @ ShardError::InvalidName { .. }) => {
+                Err(f @ (ShardError::InvalidName { .. } | ShardError::NotHere(_))) => {
                     top_code = name_code(f);
                     NONE
                 }

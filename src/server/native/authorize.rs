@@ -83,7 +83,8 @@ fn named<'a>(request: &Request<'a>) -> (Vec<&'a [u8]>, Vec<&'a [u8]>) {
         Request::DescribeGroup { group }
         | Request::Heartbeat { group, .. }
         | Request::LeaveGroup { group, .. }
-        | Request::DeleteGroup { group } => (vec![], vec![*group]),
+        | Request::DeleteGroup { group }
+        | Request::FindCoordinator { group } => (vec![], vec![*group]),
         Request::ListGroups
         | Request::ClusterStatus
         | Request::Authenticate { .. }

@@ -1,12 +1,17 @@
-//! ClusterStatus: the node's cluster view (`cluster::status`), as the native response.
+//! ClusterStatus: the node's cluster view (`cluster::status`), as the native response;
+//! FindCoordinator: the placement's answer for a group.
 
 use std::rc::Rc;
 
 use crate::cluster::NodeId;
 use crate::cluster::status::ClusterStatus;
-use crate::protocol::native::{self, ClusterNodeEntry, ClusterStatusResponse};
+use crate::protocol::native::{
+    self, ClusterNodeEntry, ClusterStatusResponse, CoordinatorResponse, ErrorCode,
+};
+use crate::server::native::refusal::Refusal;
 use crate::server::native::{Answer, Pending, Tag};
 use crate::shard::Shard;
+use crate::shard::placement::Address;
 
 pub(super) fn status(shard: &Rc<Shard>, tag: Tag) -> Pending {
     let status = match shard.cluster_view() {
@@ -21,6 +26,47 @@ pub(super) fn status(shard: &Rc<Shard>, tag: Tag) -> Pending {
     let mut frame = Vec::new();
     native::encode_cluster_status_response(&mut frame, tag.1, &response(&status));
     Pending::Ready(Answer::Frame { frame, error: None })
+}
+
+/// Where `group`'s coordinator is: the placement's place, and its node's client address
+/// when it is another node (a node it has no address for is not answered: `NotHere`
+/// would send the client nowhere, so `Internal` says the metadata lags).
+pub(super) fn find_coordinator(shard: &Rc<Shard>, tag: Tag, group: &[u8]) -> Pending {
+    let answer = shard
+        .valid_name(group, "group")
+        .map_err(Refusal::from)
+        .and_then(|group| {
+            let placement = shard.placement();
+            let place = placement.coordinator(group);
+            let here = place.node == placement.node();
+            let (host, port) = match placement.address(place) {
+                _ if here => (String::new(), shard.config.listen.port()),
+                Some(Address {
+                    host: Some(host),
+                    main_port,
+                    ..
+                }) => (host, main_port),
+                _ => {
+                    let why = format!("the coordinator of {group:?}, {place}, has no address here");
+                    return Err(Refusal::new(ErrorCode::Internal, why));
+                }
+            };
+            Ok(CoordinatorResponse {
+                node: place.node.0,
+                core: place.core.0,
+                here,
+                host,
+                port,
+            })
+        });
+    match answer {
+        Ok(coordinator) => {
+            let mut frame = Vec::new();
+            native::encode_coordinator_response(&mut frame, tag.1, &coordinator);
+            Pending::Ready(Answer::Frame { frame, error: None })
+        }
+        Err(refusal) => Pending::Ready(Answer::failed(tag.1, refusal)),
+    }
 }
 
 fn response(status: &ClusterStatus) -> ClusterStatusResponse {

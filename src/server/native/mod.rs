@@ -81,7 +81,7 @@ pub enum Answer {
 
 impl Answer {
     /// The coded error answer to the request `correlation_id`.
-    fn failed(correlation_id: u32, failure: impl Into<Refusal>) -> Answer {
+    pub(super) fn failed(correlation_id: u32, failure: impl Into<Refusal>) -> Answer {
         let failure = failure.into();
         Answer::Frame {
             frame: error_frame(correlation_id, &failure),
@@ -385,6 +385,7 @@ async fn dispatch(session: &Rc<Session>, body: &[u8]) -> Started<Pending> {
             },
         ),
         Request::DeleteGroup { group } => groups::delete(shard, tag, group),
+        Request::FindCoordinator { group } => cluster::find_coordinator(shard, tag, group),
         Request::Authenticate { mechanism, token } => {
             login::authenticate(session, tag, mechanism, token)
         }

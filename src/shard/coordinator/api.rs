@@ -201,9 +201,13 @@ impl Shard {
         let topic = self.valid_name(topic, "topic")?.to_string();
         self.check_commit(&name, "", -1)
             .await
-            .map_err(|_| ShardError::GroupNotEmpty {
-                group: name.clone(),
-                reason: "its offsets stay while it does",
+            .map_err(|refused| match refused {
+                // Another node's group: the client asks its coordinator.
+                ShardError::NotHere(_) => refused,
+                _ => ShardError::GroupNotEmpty {
+                    group: name.clone(),
+                    reason: "its offsets stay while it does",
+                },
             })?;
         self.delete_offsets(Some(&name), Some(&topic), Some(partitions))
             .await

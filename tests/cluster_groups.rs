@@ -1,0 +1,290 @@
+//! Consumer groups across a cluster: a group's coordinator is one (node, core) of the
+//! registered nodes (docs/CLUSTER.md, "Groups across the cluster"), every node names it in
+//! FindCoordinator, and the others answer NOT_COORDINATOR. Kafka clients nobody here
+//! wrote (confluent-kafka) bootstrapped on node 1 only produce to and consume from every
+//! partition of a topic spread over three nodes, as a group that commits and resumes.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::cluster::{Cluster, agreed, partitions_on};
+use common::have_python;
+use kafka_protocol::messages::{
+    ApiKey, FindCoordinatorRequest, FindCoordinatorResponse, HeartbeatRequest, HeartbeatResponse,
+    OffsetFetchRequest, OffsetFetchResponse,
+};
+use kafka_protocol::protocol::{Decodable, StrBytes};
+use pagurus::cluster::NodeId;
+use pagurus::cluster::table::coordinator_among;
+
+const NOT_COORDINATOR: i16 = 16;
+const UNKNOWN_MEMBER_ID: i16 = 25;
+
+/// A group name whose coordinator is node `node` of three one-core nodes.
+fn group_on(node: u16) -> String {
+    let members = [(NodeId(1), 1), (NodeId(2), 1), (NodeId(3), 1)];
+    (0..)
+        .map(|i| format!("spread-group-{i}"))
+        .find(|g| coordinator_among(&members, g) == Some((NodeId(node), 0)))
+        .unwrap()
+}
+
+/// FindCoordinator v2 of `group` at `conn`: (error, broker id, port).
+fn find_coordinator(conn: &mut common::kafka::Conn, group: &str) -> (i16, i32, i32) {
+    let request = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.into()));
+    let mut body = conn.call(ApiKey::FindCoordinator, 2, &request);
+    let answer = FindCoordinatorResponse::decode(&mut body, 2).unwrap();
+    (answer.error_code, answer.node_id.0, answer.port)
+}
+
+/// Heartbeat v3 of a member the group does not have, and OffsetFetch v5 of partition 0:
+/// their error codes (the group's, for OffsetFetch).
+fn group_calls(conn: &mut common::kafka::Conn, group: &str, topic: &str) -> (i16, i16) {
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
+    use kafka_protocol::messages::{GroupId, TopicName};
+    let group_id = GroupId(StrBytes::from_string(group.into()));
+    let heartbeat = HeartbeatRequest::default()
+        .with_group_id(group_id.clone())
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_static_str("nobody"));
+    let mut body = conn.call(ApiKey::Heartbeat, 3, &heartbeat);
+    let beat = HeartbeatResponse::decode(&mut body, 3).unwrap().error_code;
+    let fetch = OffsetFetchRequest::default()
+        .with_group_id(group_id)
+        .with_topics(Some(vec![
+            OffsetFetchRequestTopic::default()
+                .with_name(TopicName(StrBytes::from_string(topic.into())))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let mut body = conn.call(ApiKey::OffsetFetch, 5, &fetch);
+    let fetched = OffsetFetchResponse::decode(&mut body, 5)
+        .unwrap()
+        .error_code;
+    (beat, fetched)
+}
+
+/// Runs `tests/kafka/cluster_groups.py` and returns the JSON it printed last.
+fn driver(args: &[&str]) -> serde_json::Value {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/kafka/cluster_groups.py");
+    let out = Command::new("timeout")
+        .args(["120", "python3", script])
+        .args(args)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cluster_groups.py {args:?}: {}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {stdout}"))
+}
+
+/// `{"0": n, "1": n, ...}` for every partition of 12.
+fn every_partition(value: u64) -> serde_json::Value {
+    (0..12)
+        .map(|p| (p.to_string(), serde_json::Value::from(value)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
+#[test]
+fn a_group_bootstrapped_on_one_node_finds_its_coordinator_commits_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3);
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    common::create_topic(&cluster.nodes[1], "spread", 12);
+    for node in 1..=3 {
+        let topic = || partitions_on(dir.path(), node, "spread");
+        common::cluster::eventually("4 partitions on each node", || topic().len() == 4);
+    }
+
+    // Every node names the same coordinator, node 3's broker (3 << 16, its one core), and
+    // the others send group calls there with NOT_COORDINATOR.
+    let group = group_on(3);
+    let node3_port = i32::from(cluster.nodes[2].addr.port());
+    for node in &cluster.nodes {
+        let mut conn = common::kafka::Conn::connect(node.addr);
+        assert_eq!(
+            find_coordinator(&mut conn, &group),
+            (0, 3 << 16, node3_port),
+            "asked node at {}",
+            node.addr
+        );
+    }
+    for node in [0, 1] {
+        let mut conn = common::kafka::Conn::connect(cluster.nodes[node].addr);
+        let codes = group_calls(&mut conn, &group, "spread");
+        assert_eq!(
+            codes,
+            (NOT_COORDINATOR, NOT_COORDINATOR),
+            "node {}",
+            node + 1
+        );
+    }
+    let mut at_three = common::kafka::Conn::connect(cluster.nodes[2].addr);
+    assert_eq!(
+        group_calls(&mut at_three, &group, "spread"),
+        (UNKNOWN_MEMBER_ID, 0)
+    );
+
+    if have_python("confluent_kafka") {
+        let bootstrap = cluster.nodes[0].addr.to_string();
+        let run = |mode: &str, extra: &[&str]| {
+            let args = [
+                &[bootstrap.as_str(), "spread", "12", &group, mode][..],
+                extra,
+            ]
+            .concat();
+            driver(&args)
+        };
+        // Produce to every partition and read every one back as a group of two members,
+        // which commit; all through node 1.
+        let produced = run("produce", &["10"]);
+        assert_eq!(produced["delivered"], every_partition(10), "{produced}");
+        let first = run("consume", &[]);
+        assert_eq!(first["first"], every_partition(0), "{first}");
+        assert_eq!(first["committed"], every_partition(10), "{first}");
+        for (p, read) in first["count"].as_object().unwrap() {
+            assert!(read.as_u64().unwrap() >= 10, "partition {p}: {first}");
+        }
+        let assigned = first["assigned"].as_array().unwrap();
+        assert!(assigned.iter().all(|a| !a.as_array().unwrap().is_empty()));
+        // The offsets are kept on the coordinator's node only.
+        let mut at_one = common::kafka::Conn::connect(cluster.nodes[0].addr);
+        assert_eq!(
+            group_calls(&mut at_one, &group, "spread").1,
+            NOT_COORDINATOR
+        );
+
+        // New members of the group resume where the group committed.
+        let produced = run("produce", &["5"]);
+        assert_eq!(produced["delivered"], every_partition(5), "{produced}");
+        let second = run("consume", &[]);
+        assert_eq!(second["first"], every_partition(10), "{second}");
+        assert_eq!(second["committed"], every_partition(15), "{second}");
+    }
+    for node in &mut cluster.nodes {
+        assert!(node.terminate().success(), "{}", node.log_text());
+    }
+}
+
+/// `pagurus ARGS --broker NODE` with `input` on stdin; (success, stdout, stderr).
+fn pagurus(node: &common::Broker, args: &[&str], input: &str) -> (bool, String, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
+        .args(args)
+        .args(["--broker", &node.addr.to_string(), "--timeout-ms", "5000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The committed offset of each partition in `groups describe --output json`.
+fn committed(json: &str) -> Vec<(u64, u64)> {
+    let json: serde_json::Value = serde_json::from_str(json).unwrap();
+    let mut offsets: Vec<(u64, u64)> = json["partitions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{json}"))
+        .iter()
+        .map(|p| {
+            let partition = p["partition"].as_u64().unwrap();
+            (partition, p["committed_offset"].as_u64().unwrap())
+        })
+        .collect();
+    offsets.sort_unstable();
+    offsets
+}
+
+#[test]
+fn the_cli_bootstrapped_on_one_node_follows_a_group_to_its_coordinator() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3);
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    common::create_topic(&cluster.nodes[0], "native", 6);
+    for node in 1..=3 {
+        let topic = || partitions_on(dir.path(), node, "native");
+        common::cluster::eventually("2 partitions on each node", || topic().len() == 2);
+    }
+    let node1 = &cluster.nodes[0];
+    let lines: String = (0..60).map(|i| format!("k{i}:v{i}\n")).collect();
+    let produce = ["produce", "--topic", "native", "--key-separator", ":"];
+    let (ok, _, err) = pagurus(node1, &produce, &lines);
+    assert!(ok, "{err}");
+
+    // The group's calls made on node 1 are NotHere; FindCoordinator names node 2.
+    let group = group_on(2);
+    let mut client = node1.client();
+    let refused = client.fetch_offset(&group, "native", 0).unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(pagurus::protocol::native::ErrorCode::NotHere)
+    );
+    let found = client.find_coordinator(&group).unwrap();
+    assert_eq!((found.node, found.core, found.here), (2, 0, false));
+    assert_eq!(found.port, cluster.nodes[1].addr.port());
+    let at_two = cluster.nodes[1].client().find_coordinator(&group).unwrap();
+    assert!(at_two.here, "{at_two:?}");
+
+    // A member bootstrapped on node 1 joins at node 2 and reads every partition of every
+    // node, committing as it goes; a second run has nothing left to read.
+    let consume = [
+        "consume",
+        "--topic",
+        "native",
+        "--group",
+        &group,
+        "--exit-at-end",
+    ];
+    let (ok, out, err) = pagurus(node1, &consume, "");
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 60, "{out}");
+    let describe = ["groups", "describe", &group, "--output", "json"];
+    let (ok, out, err) = pagurus(node1, &describe, "");
+    assert!(ok, "{err}");
+    let offsets = committed(&out);
+    assert_eq!(offsets.len(), 6, "{out}");
+    assert_eq!(offsets.iter().map(|(_, c)| c).sum::<u64>(), 60, "{out}");
+    let (ok, out, err) = pagurus(node1, &consume, "");
+    assert!(ok && out.is_empty(), "{out}{err}");
+
+    // Offsets set through node 1 land at node 2: read again from the start.
+    let reset = [
+        "groups",
+        "reset-offsets",
+        &group,
+        "--topic",
+        "native",
+        "--to",
+        "earliest",
+    ];
+    let (ok, _, err) = pagurus(node1, &reset, "");
+    assert!(ok, "{err}");
+    let (ok, out, err) = pagurus(&cluster.nodes[2], &describe, "");
+    assert!(ok, "{err}");
+    assert!(committed(&out).iter().all(|&(_, c)| c == 0), "{out}");
+    let (ok, out, err) = pagurus(node1, &consume, "");
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 60, "{out}");
+    let (ok, out, err) = pagurus(node1, &["groups", "delete", &group], "");
+    assert!(ok, "{out}{err}");
+    for node in &mut cluster.nodes {
+        assert!(node.terminate().success(), "{}", node.log_text());
+    }
+}
