@@ -132,6 +132,8 @@ fn a_group_bootstrapped_on_one_node_finds_its_coordinator_commits_and_resumes() 
         (UNKNOWN_MEMBER_ID, 0)
     );
 
+    // Records produced to the topic so far.
+    let mut records = 0;
     if have_python("confluent_kafka") {
         let bootstrap = cluster.nodes[0].addr.to_string();
         let run = |mode: &str, extra: &[&str]| {
@@ -167,6 +169,28 @@ fn a_group_bootstrapped_on_one_node_finds_its_coordinator_commits_and_resumes() 
         let second = run("consume", &[]);
         assert_eq!(second["first"], every_partition(10), "{second}");
         assert_eq!(second["committed"], every_partition(15), "{second}");
+        records = 12 * 15;
+    }
+    if common::have("kcat", "kcat", &["-V"]) {
+        // kcat's balanced consumer (-G), bootstrapped on node 1, in a group node 2
+        // coordinates: every record of every partition, then it exits at the end.
+        let produce = ["produce", "--topic", "spread", "--key-separator", ":"];
+        let lines: String = (0..24).map(|i| format!("k{i}:v{i}\n")).collect();
+        let (ok, _, err) = pagurus(&cluster.nodes[0], &produce, &lines);
+        assert!(ok, "{err}");
+        let out = Command::new("timeout")
+            .args(["60", "kcat", "-b", &cluster.nodes[0].addr.to_string()])
+            .args(["-G", &group_on(2), "spread", "-e", "-q", "-f", "%p %o\n"])
+            .args(["-X", "auto.offset.reset=earliest"])
+            .output()
+            .unwrap();
+        let read = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{read}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(read.lines().count(), records + 24, "{read}");
     }
     for node in &mut cluster.nodes {
         assert!(node.terminate().success(), "{}", node.log_text());

@@ -231,7 +231,31 @@ impl Shard {
     }
 
     async fn alter_on_controller(self: &Rc<Self>, meta: TopicMeta) -> Result<(), ShardError> {
+        // A cluster node asks the cluster's controller; every node applies the change
+        // when it is applied (`apply_settings`), this one before the client is answered.
+        if let Some(controller) = self.topic_controller() {
+            self.check_alter(&meta)?;
+            return controller.alter(meta).await;
+        }
+        self.apply_settings(meta).await
+    }
+
+    /// Makes `meta`'s settings the topic's on this node: `topic.meta`, then every core.
+    /// On the node's controller core.
+    pub async fn apply_settings(self: &Rc<Self>, meta: TopicMeta) -> Result<(), ShardError> {
         let _lock = self.controller_permit().await?;
+        self.check_alter(&meta)?;
+        // Durable before any core uses it: a crash after the answer keeps the new
+        // settings (the file is replaced by a rename, never half written).
+        self.persist_meta(&meta).await?;
+        self.broadcast(|| PublishTopic { meta: meta.clone() })
+            .await?;
+        info!(topic = %meta.name, settings = ?meta.settings(), "topic settings altered");
+        Ok(())
+    }
+
+    /// An alteration must be of the topic as it is: same partitions and id.
+    fn check_alter(&self, meta: &TopicMeta) -> Result<(), ShardError> {
         let Some(old) = self.topic(&meta.name) else {
             return Err(self.unknown_topic(&meta.name));
         };
@@ -241,12 +265,6 @@ impl Shard {
                 meta.name
             )));
         }
-        // Durable before any core uses it: a crash after the answer keeps the new
-        // settings (the file is replaced by a rename, never half written).
-        self.persist_meta(&meta).await?;
-        self.broadcast(|| PublishTopic { meta: meta.clone() })
-            .await?;
-        info!(topic = %meta.name, settings = ?meta.settings(), "topic settings altered");
         Ok(())
     }
 

@@ -135,6 +135,8 @@ pub trait TopicController {
         if_not_exists: bool,
     ) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
     fn delete(&self, name: String) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
+    /// New settings for an existing topic (`meta` is the topic with them).
+    fn alter(&self, meta: TopicMeta) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
 }
 
 impl Shard {

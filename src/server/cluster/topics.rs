@@ -1,12 +1,14 @@
 //! A cluster node's topics follow the controller: a client's create or delete (on any
 //! node) is proposed to the controller (`TopicController`), and every node makes what is
 //! applied: the topics the controller placed that it lacks (with the partitions the
-//! placement gives its cores), and the deletions.
+//! placement gives its cores), the deletions, and settings changes.
 //!
 //! A topic's settings cross the controller as a string map of the native settings
 //! (`fsync`, `fsync.interval.ms`, `segment.bytes`, `retention.bytes`, `retention.ms`,
 //! `cleanup`, their wire values; 0 is each node's default). Its id is derived from its
-//! name and settings (SHA-256), the same on every node.
+//! name and settings at creation (SHA-256), the same on every node; a settings change
+//! carries the id as `topic.id` (32 hex digits), so a node that makes the topic only after
+//! the change gives it the same id as the others.
 
 use std::collections::BTreeMap;
 use std::rc::{Rc, Weak};
@@ -48,6 +50,24 @@ impl TopicController for ControllerTopics {
             }
             // Answered once this node has made its part, so the client can use it here.
             made_here(&shard, &name, true).await
+        })
+    }
+
+    fn alter(&self, meta: TopicMeta) -> BoxedLocal<Result<(), ShardError>> {
+        let (proposer, shard) = (self.proposer.clone(), self.shard.clone());
+        Box::pin(async move {
+            let mut settings = settings_map(&meta.settings());
+            settings.insert(ID_KEY.to_string(), format!("{:032x}", meta.id));
+            let command = Command::SetTopicSettings {
+                name: meta.name.clone(),
+                settings,
+            };
+            proposer
+                .propose(command)
+                .await
+                .map_err(|error| failure(&meta.name, error))?;
+            // Answered once this node follows the new settings.
+            settled_here(&shard, &meta).await
         })
     }
 
@@ -96,6 +116,29 @@ async fn made_here(shard: &Weak<Shard>, name: &str, present: bool) -> Result<(),
     }
 }
 
+/// Waits until this node's topic has `meta`'s settings.
+async fn settled_here(shard: &Weak<Shard>, meta: &TopicMeta) -> Result<(), ShardError> {
+    let deadline = Instant::now() + PROPOSE_TIMEOUT;
+    let name = &meta.name;
+    loop {
+        let Some(shard) = shard.upgrade() else {
+            return Err(ShardError::internal("the broker is stopping"));
+        };
+        match shard.topic(name) {
+            Some(now) if now.settings() == meta.settings() => return Ok(()),
+            Some(_) => {}
+            None => return Err(shard.unknown_topic(name)),
+        }
+        if Instant::now() >= deadline {
+            return Err(ShardError::internal(format!(
+                "topic {name}: settings applied by the controller but not yet on this node"
+            )));
+        }
+        drop(shard);
+        glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 /// Follows the controller's topics on this node until the driver stops.
 pub(crate) async fn follow(
     shard: Rc<Shard>,
@@ -116,12 +159,33 @@ pub(crate) async fn follow(
             }
             TopicChange::Changed => {
                 for (name, placed) in view.topics().iter() {
-                    if shard.topic(name).is_none() {
-                        make(&shard, name, placed).await;
+                    match shard.topic(name) {
+                        None => make(&shard, name, placed).await,
+                        Some(meta) => settle(&shard, &meta, placed).await,
                     }
                 }
             }
         }
+    }
+}
+
+/// Gives a topic this node has the controller's settings, when they differ.
+async fn settle(shard: &Rc<Shard>, meta: &TopicMeta, placed: &PlacedTopic) {
+    let settings = settings_of(&placed.settings, placed.owners.len());
+    // Another partition count is another topic (one this node had before it joined).
+    if meta.settings() == settings || meta.partitions as usize != placed.owners.len() {
+        return;
+    }
+    let mut altered = match TopicMeta::from_settings(&meta.name, &settings, &shard.config.log) {
+        Ok(altered) => altered,
+        Err(error) => {
+            warn!(topic = %meta.name, %error, "the controller's topic settings are refused here; the old ones stay");
+            return;
+        }
+    };
+    altered.id = meta.id;
+    if let Err(error) = shard.apply_settings(altered).await {
+        warn!(topic = %meta.name, %error, "cannot apply the controller's topic settings");
     }
 }
 
@@ -147,6 +211,9 @@ async fn make(shard: &Rc<Shard>, name: &str, placed: &PlacedTopic) {
         Err(error) => warn!(topic = %name, %error, "cannot make a topic the controller created"),
     }
 }
+
+/// The settings key that carries a topic's id once its settings changed.
+const ID_KEY: &str = "topic.id";
 
 const KEYS: [&str; 6] = [
     "fsync",
@@ -190,6 +257,13 @@ fn settings_of(map: &BTreeMap<String, String>, partitions: usize) -> TopicSettin
 }
 
 fn topic_id(name: &str, settings: &BTreeMap<String, String>, partitions: usize) -> u128 {
+    if let Some(id) = settings
+        .get(ID_KEY)
+        .and_then(|id| u128::from_str_radix(id, 16).ok())
+        .filter(|&id| id != 0)
+    {
+        return id;
+    }
     let mut hash = Sha256::new();
     hash.update(b"pagurus cluster topic v1\0");
     hash.update(name.as_bytes());
@@ -224,5 +298,11 @@ mod tests {
         let map = settings_map(&settings);
         assert_eq!(topic_id("t", &map, 12), topic_id("t", &map, 12));
         assert_ne!(topic_id("t", &map, 12), topic_id("u", &map, 12));
+        // Once the settings changed, the id they carry is the topic's.
+        let mut altered = map.clone();
+        altered.insert(ID_KEY.into(), format!("{:032x}", topic_id("t", &map, 12)));
+        altered.insert("retention.ms".into(), "1000".into());
+        assert_eq!(topic_id("t", &altered, 12), topic_id("t", &map, 12));
+        assert_eq!(settings_of(&altered, 12).retention_ms, 1000);
     }
 }
