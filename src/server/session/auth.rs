@@ -146,6 +146,15 @@ impl Session {
             .all(|need| self.allowed(*need, name))
     }
 
+    /// True when this session's principal meets `need` on the resource `name`, asked
+    /// quietly: nothing counted or logged (what a principal may do, listed for it in a
+    /// describe answer, KIP-430). Always true without an authorizer.
+    pub fn permits(&self, need: Need, name: &str) -> bool {
+        self.with_principal(|principal| {
+            principal.is_some_and(|p| self.security.meets(p, self.peer, need, name))
+        })
+    }
+
     /// True when this session's principal meets `need` on the resource `name` (the
     /// cluster's name for cluster needs). A refusal is counted by resource type and logged
     /// as an audit line.
