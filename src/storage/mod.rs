@@ -25,6 +25,7 @@ pub mod recovery;
 mod repair;
 pub mod retention;
 pub mod segment;
+pub mod truncate;
 pub mod verify;
 // The signal moved to `crate::watch` (the client uses it too); re-exported for storage.
 pub use crate::watch;
@@ -201,6 +202,12 @@ pub enum StorageError {
     Closed,
     #[error("bad storage configuration: {reason}")]
     Config { reason: String },
+    #[error("cannot truncate {dir} to offset {offset}: {reason}")]
+    Truncate {
+        dir: PathBuf,
+        offset: u64,
+        reason: truncate::TruncateRefusal,
+    },
 }
 
 impl StorageError {
