@@ -15,6 +15,7 @@
 //! The on-disk layout is documented in `docs/STORAGE.md`.
 
 pub mod compaction;
+pub mod epochs;
 pub mod fs;
 pub mod index;
 pub mod index_journal;
@@ -202,6 +203,8 @@ pub enum StorageError {
     Closed,
     #[error("bad storage configuration: {reason}")]
     Config { reason: String },
+    #[error("{path} is damaged: {reason}")]
+    Damaged { path: PathBuf, reason: String },
     #[error("cannot truncate {dir} to offset {offset}: {reason}")]
     Truncate {
         dir: PathBuf,
