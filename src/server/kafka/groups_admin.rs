@@ -37,8 +37,9 @@ pub(super) fn list(conn: &Rc<Conn>, header: RequestHeader, request: ListGroupsRe
             .any(|t| t.eq_ignore_ascii_case("classic"));
     Pending::later(async move {
         // Describe on the cluster lists every group; else each group's own Describe.
-        let describable =
-            |name: &str| conn.may(errors::acl(KafkaApi::ListGroups), ResourceType::Group, name);
+        let describable = |name: &str| {
+            conn.may_list(errors::acl(KafkaApi::ListGroups), ResourceType::Group, name)
+        };
         let body = match conn.shard.group_listings().await {
             Ok(_) if !classic => ListGroupsResponse::default(),
             Ok(groups) => ListGroupsResponse::default().with_groups(

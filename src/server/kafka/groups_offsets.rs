@@ -298,7 +298,11 @@ async fn fetch_group(
                         continue;
                     }
                     if topics.last().is_none_or(|(name, _)| **name != *topic) {
-                        if !describable(&topic) {
+                        if !conn.may_list(
+                            errors::acl(KafkaApi::OffsetFetch),
+                            ResourceType::Topic,
+                            &topic,
+                        ) {
                             hidden = Some(topic);
                             continue;
                         }

@@ -151,7 +151,13 @@ async fn metadata(
         .into_iter()
         .filter(|t| !t.name.is_empty())
         // A listing of every topic leaves out those the principal may not describe.
-        .filter(|t| describable(&t.name))
+        .filter(|t| {
+            conn.may_list(
+                errors::acl(KafkaApi::Metadata),
+                ResourceType::Topic,
+                &t.name,
+            )
+        })
         .map(|t| {
             let name = Some(TopicName(StrBytes::from_string(t.name)));
             let Some(meta) = t.meta else {
