@@ -32,7 +32,7 @@ fi
 # (CI runs these tests at their default scale in scripts/test.sh already.)
 if [ "$QUICK" != 1 ]; then
   echo ">> hostile-client tests, $IDLE idle connections" >&2
-  HOSTILE_IDLE_CONNECTIONS=$IDLE cargo test --release --quiet --test hostile
+  HOSTILE_IDLE_CONNECTIONS=$IDLE cargo test --release --quiet --test hostile --test hostile_login
 fi
 
 cargo build --release --quiet

@@ -82,10 +82,19 @@ fn alice_writes_orders_joins_billing_and_sees_nothing_else() {
     let refused = kcat(sasl, &["-P", "-t", "payments"], b"three\n");
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("Topic authorization failed"), "{stderr}");
+    // A listing of every topic leaves payments out quietly: what a listing hides is not a
+    // refusal, so no audit line (clients poll metadata).
+    let payments_denials = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("pagurus::audit") && l.contains("name=\"payments\""))
+            .count()
+    };
+    let denials_before = payments_denials(&broker.log_text());
     let meta = kcat(sasl, &["-L"], b"");
     let meta = String::from_utf8_lossy(&meta.stdout);
     assert!(meta.contains("topic \"orders\""), "{meta}");
     assert!(!meta.contains("payments"), "{meta}");
+    assert_eq!(payments_denials(&broker.log_text()), denials_before);
     // A consumer group: billing may be joined, another may not.
     let read = kcat(
         sasl,

@@ -15,6 +15,7 @@
 //! The on-disk layout is documented in `docs/STORAGE.md`.
 
 pub mod compaction;
+pub mod epochs;
 pub mod fs;
 pub mod index;
 pub mod index_journal;
@@ -25,6 +26,7 @@ pub mod recovery;
 mod repair;
 pub mod retention;
 pub mod segment;
+pub mod truncate;
 pub mod verify;
 // The signal moved to `crate::watch` (the client uses it too); re-exported for storage.
 pub use crate::watch;
@@ -201,6 +203,14 @@ pub enum StorageError {
     Closed,
     #[error("bad storage configuration: {reason}")]
     Config { reason: String },
+    #[error("{path} is damaged: {reason}")]
+    Damaged { path: PathBuf, reason: String },
+    #[error("cannot truncate {dir} to offset {offset}: {reason}")]
+    Truncate {
+        dir: PathBuf,
+        offset: u64,
+        reason: truncate::TruncateRefusal,
+    },
 }
 
 impl StorageError {

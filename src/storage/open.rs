@@ -224,7 +224,7 @@ pub async fn open_segments(
 
 /// Base offsets of the segments in `dir`, sorted. Removes index files that have no WAL
 /// (a roll or a retention delete interrupted between the two unlinks).
-fn list_segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
+pub(crate) fn list_segments(dir: &Path) -> Result<Vec<u64>, StorageError> {
     let mut wals = Vec::new();
     let mut idxs = Vec::new();
     for entry in fs::read_dir(dir).map_err(|e| StorageError::io(dir, e))? {
@@ -378,7 +378,7 @@ pub fn read_recovery_point(dir: &Path) -> RecoveryPoint {
 
 /// Replaces `recovery-point` durably (written aside, synced, renamed, directory synced), so
 /// a power cut leaves the old point or the new one.
-fn write_recovery_point(dir: &Path, point: RecoveryPoint) -> Result<(), StorageError> {
+pub(crate) fn write_recovery_point(dir: &Path, point: RecoveryPoint) -> Result<(), StorageError> {
     fs_durable::write_file_durable(dir, RECOVERY_POINT, point.text().as_bytes())
 }
 

@@ -270,9 +270,10 @@ fn kafka(api: KafkaApi) -> &'static [Need] {
         InitProducerId => IDEMPOTENT,
         DescribeConfigs => DESCRIBE_CONFIGS,
         AlterConfigs | IncrementalAlterConfigs => ALTER_CONFIGS,
-        DescribeCluster | DescribeLogDirs | DescribeAcls | DescribeUserScramCredentials => {
-            DESCRIBE_CLUSTER
-        }
+        // As Kafka's broker: the brokers are Metadata's, shown to everyone (the cluster's
+        // authorized operations, when asked, need Describe on it: `describe_cluster.rs`).
+        DescribeCluster => NOTHING,
+        DescribeLogDirs | DescribeAcls | DescribeUserScramCredentials => DESCRIBE_CLUSTER,
         CreateAcls | DeleteAcls | AlterUserScramCredentials | ElectLeaders => ALTER_CLUSTER,
     }
 }
@@ -298,7 +299,8 @@ fn native(api: NativeApi) -> &'static [Need] {
         DescribeGroup | FindCoordinator => &[Need::On(Group, Describe, Request)],
         ListGroups => LIST_GROUPS,
         DeleteGroup => &[Need::On(Group, Delete, Request)],
-        // As Kafka's DescribeCluster.
+        // The cluster's state (nodes, liveness, raft leader and term): as Kafka's
+        // DescribeLogDirs, more than the brokers Metadata shows everyone.
         ClusterStatus => DESCRIBE_CLUSTER,
         // As Kafka's SaslAuthenticate: the login itself needs nothing.
         Authenticate => NOTHING,

@@ -347,6 +347,8 @@ fn every_served_api_of_every_protocol_has_a_row() {
         KafkaApi::ApiVersions,
         KafkaApi::SaslHandshake,
         KafkaApi::SaslAuthenticate,
+        // As Kafka's broker: the brokers of Metadata, which everyone is shown.
+        KafkaApi::DescribeCluster,
     ];
     for &api in KafkaApi::ALL {
         let needs = actions(RequestKind::Kafka(api));

@@ -6,10 +6,12 @@
 
 use kafka_protocol::protocol::StrBytes;
 
+use crate::security::acl::actions::{Denied, Need};
 use crate::security::acl::filter::{AclFilter, PatternFilter, Wanted};
 use crate::security::acl::{
     AclBinding, Host, Operation, PatternType, Permission, Principal, ResourcePattern, ResourceType,
 };
+use crate::server::session::Session;
 
 /// ANY in every filter field's enum.
 const ANY: i8 = 1;
@@ -43,6 +45,44 @@ pub fn resource_type_code(t: ResourceType) -> i8 {
         ResourceType::Cluster => 4,
         ResourceType::TransactionalId => 5,
     }
+}
+
+/// The operations Kafka has on each type of resource (its `AclEntry.supportedOperations`).
+fn supported_operations(t: ResourceType) -> &'static [Operation] {
+    use Operation::*;
+    match t {
+        ResourceType::Topic => &[
+            Read,
+            Write,
+            Create,
+            Describe,
+            Delete,
+            Alter,
+            DescribeConfigs,
+            AlterConfigs,
+        ],
+        ResourceType::Group => &[Read, Describe, Delete],
+        ResourceType::Cluster => &[
+            Create,
+            ClusterAction,
+            DescribeConfigs,
+            AlterConfigs,
+            IdempotentWrite,
+            Alter,
+            Describe,
+        ],
+        ResourceType::TransactionalId => &[Describe, Write],
+    }
+}
+
+/// KIP-430's authorized operations of a describe answer: bit `code` set for each operation
+/// Kafka has on the resource that `session`'s principal may do (every one without an
+/// authorizer, as Kafka answers). Asked quietly: none of these is a refusal.
+pub fn authorized_operations(session: &Session, t: ResourceType, name: &str) -> i32 {
+    supported_operations(t)
+        .iter()
+        .filter(|op| session.permits(Need::On(t, **op, Denied::Item), name))
+        .fold(0, |bits, op| bits | 1 << operation_code(*op))
 }
 
 fn pattern_type(code: i8) -> Option<PatternType> {

@@ -1,7 +1,10 @@
 //! AlterConfigs and IncrementalAlterConfigs: change a topic's alterable settings
 //! (`configs`). The new settings are written to `topic.meta` durably on the controller and
 //! then published to every core before the answer, so they survive a restart and the next
-//! retention or compaction pass uses them. Broker configs are static: refused.
+//! retention or compaction pass uses them. Broker configs are static: refused. With the
+//! ACL authorizer each resource needs AlterConfigs on its topic (or on the cluster, for a
+//! broker), checked first; a refused resource gets TOPIC_AUTHORIZATION_FAILED (or
+//! CLUSTER_AUTHORIZATION_FAILED) and the others are still changed.
 
 use std::collections::HashSet;
 use std::rc::Rc;
@@ -14,11 +17,12 @@ use kafka_protocol::protocol::StrBytes;
 use tracing::warn;
 
 use super::configs;
-use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC, entries};
+use super::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC, authorize, entries};
 use super::errors::{self, INVALID_CONFIG, INVALID_REQUEST, NONE};
 use super::{Conn, Pending, Reply, respond};
 use crate::metrics::counters::Metrics;
 use crate::protocol::kafka::RequestHeader;
+use crate::security::acl::actions::KafkaApi;
 use crate::shard::topics::TopicMeta;
 
 /// IncrementalAlterConfigs' operations.
@@ -52,10 +56,10 @@ pub(super) fn handle_incremental(
                 .collect();
             let (code, message) = alter(
                 &conn,
+                KafkaApi::IncrementalAlterConfigs,
                 r.resource_type,
                 &r.resource_name,
                 changes,
-                false,
                 request.validate_only,
             )
             .await;
@@ -96,10 +100,10 @@ pub(super) fn handle_legacy(
                 .collect();
             let (code, message) = alter(
                 &conn,
+                KafkaApi::AlterConfigs,
                 r.resource_type,
                 &r.resource_name,
                 changes,
-                true,
                 request.validate_only,
             )
             .await;
@@ -118,17 +122,20 @@ pub(super) fn handle_legacy(
     })
 }
 
-/// Applies one resource's changes; the code and message of the outcome. Every refusal is
-/// logged and counted.
+/// Applies one resource's changes for `api` (AlterConfigs replaces the whole set); the
+/// code and message of the outcome. Every refusal is logged and counted.
 async fn alter(
     conn: &Rc<Conn>,
+    api: KafkaApi,
     resource_type: i8,
     name: &StrBytes,
     changes: Vec<Change>,
-    replace: bool,
     validate_only: bool,
 ) -> (i16, Option<String>) {
-    match plan(conn, resource_type, name, changes, replace) {
+    let replace = api == KafkaApi::AlterConfigs;
+    let planned = authorize(conn, api, resource_type, name)
+        .and_then(|()| plan(conn, resource_type, name, changes, replace));
+    match planned {
         Ok(None) => (NONE, None),
         Ok(Some(_)) if validate_only => (NONE, None),
         Ok(Some(meta)) => match conn.shard.alter_topic(meta).await {

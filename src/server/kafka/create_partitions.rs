@@ -4,6 +4,8 @@
 //! offsets and owners. Clients see the new partitions at their next Metadata. A count not
 //! above the current one is `INVALID_PARTITIONS` (37), as in Kafka; manual replica
 //! assignments are `INVALID_REQUEST` (42): placement is by hash, as for CreateTopics.
+//! With the ACL authorizer each topic needs Alter on it (TOPIC_AUTHORIZATION_FAILED, the
+//! other topics still grow), as in Kafka.
 
 use std::rc::Rc;
 
@@ -15,6 +17,8 @@ use tracing::warn;
 use super::errors::{self, INVALID_PARTITIONS, INVALID_REQUEST};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use crate::shard::ShardError;
 
 pub(super) fn handle(
@@ -26,7 +30,13 @@ pub(super) fn handle(
     Pending::later(async move {
         let mut results = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
-            let outcome = if topic.assignments.is_some() {
+            let api = errors::acl(KafkaApi::CreatePartitions);
+            let outcome = if !conn.may(api, ResourceType::Topic, topic.name.0.as_str()) {
+                Err((
+                    errors::TOPIC_AUTHORIZATION_FAILED,
+                    "not authorized to alter the topic".into(),
+                ))
+            } else if topic.assignments.is_some() {
                 Err((
                     INVALID_REQUEST,
                     "replica assignments are not taken: partitions are placed by hash".into(),

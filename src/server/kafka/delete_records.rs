@@ -3,7 +3,9 @@
 //! every reader: Kafka and native fetches and HermitMQ consumers get it as the earliest
 //! offset, ListOffsets earliest answers it, and retention deletes the segments wholly
 //! below it. The answer's low watermark is the start after the move. An offset past the
-//! high watermark is `OFFSET_OUT_OF_RANGE` (1), as in Kafka.
+//! high watermark is `OFFSET_OUT_OF_RANGE` (1), as in Kafka. With the ACL authorizer a
+//! topic needs Delete on it: each partition of a topic refused gets
+//! TOPIC_AUTHORIZATION_FAILED, and the other topics are served.
 
 use std::rc::Rc;
 
@@ -16,6 +18,8 @@ use tracing::{info, warn};
 use super::errors::{self, OFFSET_OUT_OF_RANGE, UNKNOWN_TOPIC_OR_PARTITION};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 
 /// The offset that means "everything up to the high watermark".
 const HIGH_WATERMARK: i64 = -1;
@@ -29,16 +33,21 @@ pub(super) fn handle(
     Pending::later(async move {
         let mut topics = Vec::with_capacity(request.topics.len());
         for topic in request.topics {
+            let api = errors::acl(KafkaApi::DeleteRecords);
+            let allowed = conn.may(api, ResourceType::Topic, topic.name.0.as_str());
             let mut partitions = Vec::with_capacity(topic.partitions.len());
             for p in topic.partitions {
                 let result =
                     DeleteRecordsPartitionResult::default().with_partition_index(p.partition_index);
-                partitions.push(
-                    match delete(&conn, topic.name.0.as_str(), p.partition_index, p.offset).await {
-                        Ok(start) => result.with_low_watermark(start),
-                        Err(code) => result.with_low_watermark(-1).with_error_code(code),
-                    },
-                );
+                let deleted = if allowed {
+                    delete(&conn, topic.name.0.as_str(), p.partition_index, p.offset).await
+                } else {
+                    Err(errors::TOPIC_AUTHORIZATION_FAILED)
+                };
+                partitions.push(match deleted {
+                    Ok(start) => result.with_low_watermark(start),
+                    Err(code) => result.with_low_watermark(-1).with_error_code(code),
+                });
             }
             topics.push(
                 DeleteRecordsTopicResult::default()

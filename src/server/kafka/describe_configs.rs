@@ -1,5 +1,8 @@
 //! DescribeConfigs: a topic's settings and the broker's under Kafka's names, with values,
-//! sources, read-only flags and types (`configs`).
+//! sources, read-only flags and types (`configs`). With the ACL authorizer each resource
+//! needs DescribeConfigs on its topic (TOPIC_AUTHORIZATION_FAILED) or, for a broker, on
+//! the cluster (CLUSTER_AUTHORIZATION_FAILED), checked before it is looked up, as Kafka
+//! does; the other resources of the request are still answered.
 
 use std::rc::Rc;
 
@@ -12,9 +15,11 @@ use kafka_protocol::protocol::StrBytes;
 use tracing::debug;
 
 use super::configs::{self, Entry};
-use super::errors::{INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION};
+use super::errors::{self, INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
+use crate::security::acl::actions::KafkaApi;
+use crate::security::acl::{CLUSTER_NAME, ResourceType};
 
 /// Kafka's resource types.
 pub const RESOURCE_TOPIC: i8 = 2;
@@ -41,7 +46,15 @@ fn describe(conn: &Conn, resource: DescribeConfigsResource, docs: bool) -> Descr
     let result = DescribeConfigsResult::default()
         .with_resource_type(resource.resource_type)
         .with_resource_name(resource.resource_name.clone());
-    let entries = match entries(conn, resource.resource_type, &resource.resource_name) {
+    let name = &resource.resource_name;
+    let described = authorize(
+        conn,
+        KafkaApi::DescribeConfigs,
+        resource.resource_type,
+        name,
+    )
+    .and_then(|()| entries(conn, resource.resource_type, name));
+    let entries = match described {
         Ok(entries) => entries,
         Err((code, message)) => {
             debug!(resource = %resource.resource_name.as_str(), %message, "DescribeConfigs refused");
@@ -70,6 +83,39 @@ fn describe(conn: &Conn, resource: DescribeConfigsResource, docs: bool) -> Descr
         })
         .collect();
     result.with_configs(configs)
+}
+
+/// `Ok` when the session's principal may make the config request `api` on the resource
+/// (`DescribeConfigs` or `AlterConfigs` on the topic, or on the cluster for a broker); else
+/// the resource's authorization error and a message. Resource types pagurus does not
+/// serve are left to `entries` to refuse.
+pub(super) fn authorize(
+    conn: &Conn,
+    api: KafkaApi,
+    resource_type: i8,
+    name: &StrBytes,
+) -> Result<(), (i16, String)> {
+    let (resource, name, code) = match resource_type {
+        RESOURCE_TOPIC => (
+            ResourceType::Topic,
+            name.as_str(),
+            errors::TOPIC_AUTHORIZATION_FAILED,
+        ),
+        RESOURCE_BROKER => (
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+            errors::CLUSTER_AUTHORIZATION_FAILED,
+        ),
+        _ => return Ok(()),
+    };
+    if conn.may(errors::acl(api), resource, name) {
+        Ok(())
+    } else {
+        Err((
+            code,
+            format!("not authorized to {api:?} on {resource} {name:?}"),
+        ))
+    }
 }
 
 /// The entries of one resource, or Kafka's code and a message.

@@ -3,7 +3,8 @@
 //! every broker and add the answers up. Each partition's size is the bytes of its segment files, from its owner;
 //! its offset lag is 0 and no partition is a "future" replica (no replica moves). v4's
 //! total and usable bytes are the file system's (statvfs). A topic or partition asked for
-//! that does not exist is left out, as Kafka does.
+//! that does not exist is left out, as Kafka does. With the ACL authorizer it needs
+//! Describe on the cluster: else no directory, and (v3+) CLUSTER_AUTHORIZATION_FAILED.
 
 use std::rc::Rc;
 
@@ -14,14 +15,26 @@ use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse, 
 use kafka_protocol::protocol::StrBytes;
 use tracing::warn;
 
+use super::errors::{self, CLUSTER_AUTHORIZATION_FAILED};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
+use crate::security::acl::actions::KafkaApi;
+use crate::security::acl::{CLUSTER_NAME, ResourceType};
 
 pub(super) fn handle(
     conn: &Rc<Conn>,
     header: RequestHeader,
     request: DescribeLogDirsRequest,
 ) -> Pending {
+    let api = errors::acl(KafkaApi::DescribeLogDirs);
+    if !conn.may(api, ResourceType::Cluster, CLUSTER_NAME) {
+        let mut response = DescribeLogDirsResponse::default();
+        // The top-level error exists from v3; before, an empty answer is all Kafka sends.
+        if header.api_version >= 3 {
+            response = response.with_error_code(CLUSTER_AUTHORIZATION_FAILED);
+        }
+        return Pending::Ready(Reply::frame(respond(&header, &response)));
+    }
     let conn = Rc::clone(conn);
     Pending::later(async move {
         let shard = &conn.shard;

@@ -1,5 +1,10 @@
 //! ListGroups, DescribeGroups, DeleteGroups: the groups every coordinator holds and those
 //! known by their committed offsets alone (listed `Empty`, type `consumer`).
+//!
+//! With the ACL authorizer, as Kafka's broker: ListGroups lists every group to a principal
+//! allowed Describe on the cluster, else only the groups it may describe; DescribeGroups and
+//! DeleteGroups answer GROUP_AUTHORIZATION_FAILED for each group not allowed (Describe,
+//! Delete) and serve the others.
 
 use std::rc::Rc;
 
@@ -9,17 +14,20 @@ use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::NONE;
+use super::acl_codes::authorized_operations;
+use super::errors::{self, GROUP_AUTHORIZATION_FAILED, NONE};
 use super::groups::{code, name_code};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
+use crate::security::acl::ResourceType;
+use crate::security::acl::actions::KafkaApi;
 use crate::shard::ShardError;
 
 /// Kafka's type of a group pagurus knows only by its offsets.
 const OFFSETS_ONLY_TYPE: &str = "consumer";
 
 pub(super) fn list(conn: &Rc<Conn>, header: RequestHeader, request: ListGroupsRequest) -> Pending {
-    let shard = Rc::clone(&conn.shard);
+    let conn = Rc::clone(conn);
     // v5+ filters by group type; every pagurus group is a classic one (KIP-848's
     // `consumer` groups are not served).
     let classic = request.types_filter.is_empty()
@@ -28,7 +36,11 @@ pub(super) fn list(conn: &Rc<Conn>, header: RequestHeader, request: ListGroupsRe
             .iter()
             .any(|t| t.eq_ignore_ascii_case("classic"));
     Pending::later(async move {
-        let body = match shard.group_listings().await {
+        // Describe on the cluster lists every group; else each group's own Describe.
+        let describable = |name: &str| {
+            conn.may_list(errors::acl(KafkaApi::ListGroups), ResourceType::Group, name)
+        };
+        let body = match conn.shard.group_listings().await {
             Ok(_) if !classic => ListGroupsResponse::default(),
             Ok(groups) => ListGroupsResponse::default().with_groups(
                 groups
@@ -40,6 +52,7 @@ pub(super) fn list(conn: &Rc<Conn>, header: RequestHeader, request: ListGroupsRe
                                 .iter()
                                 .any(|s| s.eq_ignore_ascii_case(state))
                     })
+                    .filter(|(name, _, _)| describable(name))
                     .map(|(name, state, protocol_type)| {
                         let protocol_type = if protocol_type.is_empty() {
                             OFFSETS_ONLY_TYPE.to_string()
@@ -65,13 +78,30 @@ pub(super) fn describe(
     header: RequestHeader,
     request: DescribeGroupsRequest,
 ) -> Pending {
-    let shard = Rc::clone(&conn.shard);
+    let conn = Rc::clone(conn);
     Pending::later(async move {
+        let shard = &conn.shard;
         let mut groups = Vec::with_capacity(request.groups.len());
         for group_id in request.groups {
             let described = DescribedGroup::default()
                 .with_group_id(group_id.clone())
                 .with_authorized_operations(i32::MIN);
+            let api = errors::acl(KafkaApi::DescribeGroups);
+            if !conn.may(api, ResourceType::Group, group_id.as_str()) {
+                groups.push(described.with_error_code(GROUP_AUTHORIZATION_FAILED));
+                continue;
+            }
+            // KIP-430: what the principal may do on the group, when asked.
+            let described = if request.include_authorized_operations {
+                let group = group_id.as_str();
+                described.with_authorized_operations(authorized_operations(
+                    &conn,
+                    ResourceType::Group,
+                    group,
+                ))
+            } else {
+                described
+            };
             groups.push(match shard.describe_group_full(group_id.as_bytes()).await {
                 Ok(found) => match found.view {
                     Some(view) => described
@@ -116,15 +146,21 @@ pub(super) fn delete(
     header: RequestHeader,
     request: DeleteGroupsRequest,
 ) -> Pending {
-    let shard = Rc::clone(&conn.shard);
+    let conn = Rc::clone(conn);
     Pending::later(async move {
         let mut results = Vec::with_capacity(request.groups_names.len());
         for group_id in request.groups_names {
-            let deleted = shard.delete_group(group_id.as_bytes()).await;
+            let api = errors::acl(KafkaApi::DeleteGroups);
+            let code = if conn.may(api, ResourceType::Group, group_id.as_str()) {
+                let deleted = conn.shard.delete_group(group_id.as_bytes()).await;
+                deleted.err().map_or(NONE, |f| name_code(&f))
+            } else {
+                GROUP_AUTHORIZATION_FAILED
+            };
             results.push(
                 DeletableGroupResult::default()
                     .with_group_id(group_id)
-                    .with_error_code(deleted.err().map_or(NONE, |f| name_code(&f))),
+                    .with_error_code(code),
             );
         }
         Reply::frame(respond(

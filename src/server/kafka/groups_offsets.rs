@@ -29,7 +29,6 @@ use super::errors::{
 use super::groups::{GROUP_SUBSCRIBED_TO_TOPIC, NOT_COORDINATOR, code, name_code};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
-use crate::shard::Shard;
 use crate::shard::ShardError;
 use crate::shard::coordinator::api::CommitEntry;
 use crate::shard::offsets::COMMIT_METADATA_BYTES_MAX;
@@ -151,16 +150,15 @@ pub(super) fn fetch(
     header: RequestHeader,
     request: OffsetFetchRequest,
 ) -> Pending {
-    let shard = Rc::clone(&conn.shard);
     let conn = Rc::clone(conn);
-    let describable = move |group: &str| {
-        conn.may(
-            errors::acl(KafkaApi::OffsetFetch),
-            ResourceType::Group,
-            group,
-        )
-    };
     Pending::later(async move {
+        let describable = |group: &str| {
+            conn.may(
+                errors::acl(KafkaApi::OffsetFetch),
+                ResourceType::Group,
+                group,
+            )
+        };
         if header.api_version < 8 {
             let asked: Option<Vec<(TopicName, Vec<i32>)>> = request.topics.map(|topics| {
                 topics
@@ -169,7 +167,7 @@ pub(super) fn fetch(
                     .collect()
             });
             let (code, topics) = match describable(request.group_id.as_str()) {
-                true => fetch_group(&shard, request.group_id.as_str(), asked).await,
+                true => fetch_group(&conn, request.group_id.as_str(), asked).await,
                 false => (errors::GROUP_AUTHORIZATION_FAILED, Vec::new()),
             };
             let topics = topics
@@ -199,7 +197,7 @@ pub(super) fn fetch(
                     .collect()
             });
             let (code, topics) = match describable(group.group_id.as_str()) {
-                true => fetch_group(&shard, group.group_id.as_str(), asked).await,
+                true => fetch_group(&conn, group.group_id.as_str(), asked).await,
                 false => (errors::GROUP_AUTHORIZATION_FAILED, Vec::new()),
             };
             let topics = topics
@@ -236,12 +234,22 @@ pub(super) fn fetch(
 }
 
 /// One group's committed offsets: of the asked partitions, or of every partition it
-/// committed (`None`); with the group's error code.
+/// committed (`None`); with the group's error code. As Kafka's broker: an asked topic the
+/// principal may not describe gets TOPIC_AUTHORIZATION_FAILED for each partition, and a
+/// listing of every topic leaves such topics out.
 async fn fetch_group(
-    shard: &Rc<Shard>,
+    conn: &Conn,
     group: &str,
     asked: Option<Vec<(TopicName, Vec<i32>)>>,
 ) -> (i16, Vec<(TopicName, Vec<OffsetFetchResponsePartition>)>) {
+    let shard = &conn.shard;
+    let describable = |topic: &str| {
+        conn.may(
+            errors::acl(KafkaApi::OffsetFetch),
+            ResourceType::Topic,
+            topic,
+        )
+    };
     let partition = |index: i32, committed: Option<(u64, String)>, code: i16| {
         let (offset, metadata) = committed.map_or((-1, String::new()), |(offset, metadata)| {
             (i64::try_from(offset).unwrap_or(i64::MAX), metadata)
@@ -268,9 +276,12 @@ async fn fetch_group(
         Some(asked) => {
             let mut topics = Vec::with_capacity(asked.len());
             for (name, indexes) in asked {
+                let allowed = describable(name.as_str());
                 let mut partitions = Vec::with_capacity(indexes.len());
                 for index in indexes {
-                    let fetched = if index < 0 {
+                    let fetched = if !allowed {
+                        Err(errors::TOPIC_AUTHORIZATION_FAILED)
+                    } else if index < 0 {
                         Err(INVALID_REQUEST)
                     } else {
                         shard
@@ -291,8 +302,21 @@ async fn fetch_group(
         None => match shard.group_offsets(Some(group)).await {
             Ok(entries) => {
                 let mut topics: Vec<(TopicName, Vec<OffsetFetchResponsePartition>)> = Vec::new();
+                // The topic last left out (entries come topic by topic): asked once.
+                let mut hidden: Option<String> = None;
                 for (_, topic, index, offset, metadata) in entries {
+                    if hidden.as_deref() == Some(topic.as_str()) {
+                        continue;
+                    }
                     if topics.last().is_none_or(|(name, _)| **name != *topic) {
+                        if !conn.may_list(
+                            errors::acl(KafkaApi::OffsetFetch),
+                            ResourceType::Topic,
+                            &topic,
+                        ) {
+                            hidden = Some(topic);
+                            continue;
+                        }
                         topics.push((StrBytes::from_string(topic).into(), Vec::new()));
                     }
                     let last = topics.last_mut().expect("pushed");
@@ -311,8 +335,17 @@ pub(super) fn delete(
     header: RequestHeader,
     request: OffsetDeleteRequest,
 ) -> Pending {
-    let shard = Rc::clone(&conn.shard);
+    let conn = Rc::clone(conn);
     Pending::later(async move {
+        let api = errors::acl(KafkaApi::OffsetDelete);
+        if !conn.may(api, ResourceType::Group, request.group_id.as_str()) {
+            // As Kafka: the whole request, with no topics.
+            return Reply::frame(respond(
+                &header,
+                &OffsetDeleteResponse::default()
+                    .with_error_code(errors::GROUP_AUTHORIZATION_FAILED),
+            ));
+        }
         let mut topics = Vec::with_capacity(request.topics.len());
         let mut top_code = NONE;
         for topic in request.topics {
@@ -322,17 +355,23 @@ pub(super) fn delete(
                 .filter(|p| p.partition_index >= 0)
                 .map(|p| p.partition_index as u32)
                 .collect();
-            let deleted = shard
-                .delete_group_offsets(request.group_id.as_bytes(), topic.name.as_bytes(), indexes)
-                .await;
-            let partition_code = match &deleted {
-                Ok(_) => NONE,
-                Err(ShardError::GroupNotEmpty { .. }) => GROUP_SUBSCRIBED_TO_TOPIC,
-                Err(f @ (ShardError::InvalidName { .. } | ShardError::NotHere(_))) => {
-                    top_code = name_code(f);
-                    NONE
+            let partition_code = if !conn.may(api, ResourceType::Topic, topic.name.as_str()) {
+                errors::TOPIC_AUTHORIZATION_FAILED
+            } else {
+                let group = request.group_id.as_bytes();
+                let deleted = conn
+                    .shard
+                    .delete_group_offsets(group, topic.name.as_bytes(), indexes)
+                    .await;
+                match &deleted {
+                    Ok(_) => NONE,
+                    Err(ShardError::GroupNotEmpty { .. }) => GROUP_SUBSCRIBED_TO_TOPIC,
+                    Err(f @ (ShardError::InvalidName { .. } | ShardError::NotHere(_))) => {
+                        top_code = name_code(f);
+                        NONE
+                    }
+                    Err(f) => code(f),
                 }
-                Err(f) => code(f),
             };
             let partitions = topic
                 .partitions

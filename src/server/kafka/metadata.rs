@@ -4,9 +4,13 @@
 //! and missing are created on demand when the request allows it, as Kafka's
 //! `auto.create.topics.enable` does (topics are created on demand for every protocol),
 //! except a topic deleted since this connection used it (`shard::used`).
+//!
+//! Authorized operations (KIP-430, v8+), when asked, are what the principal may do on each
+//! topic listed, and (v8-v10) on the cluster if it may describe the cluster (else 0), as
+//! Kafka answers; librdkafka's describe_cluster and describe_topics read them here.
 
-use crate::security::acl::ResourceType;
-use crate::security::acl::actions::KafkaApi;
+use crate::security::acl::actions::{Denied, KafkaApi, Need};
+use crate::security::acl::{CLUSTER_NAME, Operation, ResourceType};
 use std::rc::Rc;
 
 use kafka_protocol::messages::metadata_response::{
@@ -16,6 +20,7 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::protocol::StrBytes;
 use tracing::debug;
 
+use super::acl_codes::authorized_operations;
 use super::errors::{self, INVALID_TOPIC_EXCEPTION, UNKNOWN_TOPIC_OR_PARTITION};
 use super::{Conn, Pending, Reply, respond};
 use crate::protocol::kafka::RequestHeader;
@@ -71,6 +76,9 @@ async fn metadata(
     request: MetadataRequest,
 ) -> MetadataResponse {
     let shard = &conn.shard;
+    let topic_operations = header.api_version >= 8 && request.include_topic_authorized_operations;
+    let cluster_operations =
+        (8..=10).contains(&header.api_version) && request.include_cluster_authorized_operations;
     let mut unknown_ids = Vec::new();
     // v1+: a null list asks for every topic; v0: an empty list does.
     let asked: Option<Vec<String>> = match request.topics {
@@ -143,7 +151,13 @@ async fn metadata(
         .into_iter()
         .filter(|t| !t.name.is_empty())
         // A listing of every topic leaves out those the principal may not describe.
-        .filter(|t| describable(&t.name))
+        .filter(|t| {
+            conn.may_list(
+                errors::acl(KafkaApi::Metadata),
+                ResourceType::Topic,
+                &t.name,
+            )
+        })
         .map(|t| {
             let name = Some(TopicName(StrBytes::from_string(t.name)));
             let Some(meta) = t.meta else {
@@ -183,6 +197,11 @@ async fn metadata(
             if header.api_version >= 10 {
                 topic = topic.with_topic_id(uuid::Uuid::from_u128(meta.id));
             }
+            if topic_operations {
+                let name = topic.name.as_ref().map_or("", |n| n.0.as_str());
+                let operations = authorized_operations(conn, ResourceType::Topic, name);
+                topic = topic.with_topic_authorized_operations(operations);
+            }
             topic
         })
         .collect();
@@ -206,9 +225,19 @@ async fn metadata(
             .with_name(Some(TopicName(StrBytes::from_string(name))))
             .with_error_code(INVALID_TOPIC_EXCEPTION)
     }));
-    MetadataResponse::default()
+    let response = MetadataResponse::default()
         .with_brokers(brokers(conn))
         .with_cluster_id(Some(StrBytes::from_static_str(CLUSTER_ID)))
         .with_controller_id(node_id(shard.placement().controller()))
-        .with_topics(topics)
+        .with_topics(topics);
+    if !cluster_operations {
+        return response;
+    }
+    let describe = Need::On(ResourceType::Cluster, Operation::Describe, Denied::Request);
+    let operations = if conn.allowed(describe, CLUSTER_NAME) {
+        authorized_operations(conn, ResourceType::Cluster, CLUSTER_NAME)
+    } else {
+        0
+    };
+    response.with_cluster_authorized_operations(operations)
 }

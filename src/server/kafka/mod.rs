@@ -268,12 +268,6 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Started<Pending> {
         }
     };
     let kind = RequestKind::kafka(header.api_key);
-    if let Some(refused) = super_users_only(conn, &header) {
-        return Started {
-            kind,
-            pending: refused,
-        };
-    }
     debug!(api = ?header.api_key, version = header.api_version, correlation_id = header.correlation_id, "Kafka request");
     let pending = match request {
         KafkaRequest::ApiVersions(r) => api_versions::handle(&header, r),
@@ -306,40 +300,6 @@ async fn dispatch(conn: &Rc<Conn>, body: Bytes) -> Started<Pending> {
         group => groups::handle(conn, header, group),
     };
     Started { kind, pending }
-}
-
-/// Administrative APIs whose ACL checks per resource are not written yet: with the ACL
-/// authorizer on, only super users may call them; anyone else is refused by closing the
-/// connection (counted, with an audit line), never served. (docs/SECURITY.md)
-const SUPER_USERS_ONLY: &[ApiKey] = &[
-    ApiKey::DescribeGroups,
-    ApiKey::ListGroups,
-    ApiKey::DeleteGroups,
-    ApiKey::OffsetDelete,
-    ApiKey::DescribeConfigs,
-    ApiKey::AlterConfigs,
-    ApiKey::IncrementalAlterConfigs,
-    ApiKey::CreatePartitions,
-    ApiKey::DeleteRecords,
-    ApiKey::DescribeLogDirs,
-    ApiKey::ElectLeaders,
-    ApiKey::DescribeCluster,
-];
-
-fn super_users_only(conn: &Conn, header: &RequestHeader) -> Option<Pending> {
-    if !conn.security.authorizes() || !SUPER_USERS_ONLY.contains(&header.api_key) {
-        return None;
-    }
-    let is_super = conn.with_principal(|p| p.is_some_and(|p| conn.security.is_super_user(p)));
-    if is_super {
-        return None;
-    }
-    Metrics::inc(&conn.shard.metrics.authz_denied_cluster);
-    warn!(target: "pagurus::audit", principal = ?conn.principal().map(|p| p.to_string()), peer = %conn.peer, api = ?header.api_key, "denied: an administrative API only super users may call while its ACL checks are not written; connection closed");
-    Some(Pending::Ready(Reply {
-        parts: Vec::new(),
-        close: true,
-    }))
 }
 
 /// The answer to a request that did not decode: UNSUPPORTED_VERSION for an API or version

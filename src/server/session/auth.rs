@@ -146,6 +146,30 @@ impl Session {
             .all(|need| self.allowed(*need, name))
     }
 
+    /// [`Session::may`] for a listing that leaves out what the principal may not see
+    /// (Metadata of every topic, ListGroups, OffsetFetch of every topic): what is left out
+    /// is not a refusal, so nothing is counted or logged (as Kafka's authorizer does for
+    /// filtered listings); clients poll these, and one line per hidden resource per poll
+    /// would bury the refusals that matter.
+    pub fn may_list(&self, kind: RequestKind, resource_type: ResourceType, name: &str) -> bool {
+        if !self.security.authorizes() {
+            return true;
+        }
+        actions(kind)
+            .iter()
+            .filter(|need| need.resource_type() == resource_type)
+            .all(|need| self.permits(*need, name))
+    }
+
+    /// True when this session's principal meets `need` on the resource `name`, asked
+    /// quietly: nothing counted or logged (what a principal may do, listed for it in a
+    /// describe answer, KIP-430). Always true without an authorizer.
+    pub fn permits(&self, need: Need, name: &str) -> bool {
+        self.with_principal(|principal| {
+            principal.is_some_and(|p| self.security.meets(p, self.peer, need, name))
+        })
+    }
+
     /// True when this session's principal meets `need` on the resource `name` (the
     /// cluster's name for cluster needs). A refusal is counted by resource type and logged
     /// as an audit line.

@@ -49,6 +49,7 @@
 //! - [`read`]: read plans and reads;
 //! - [`buffers`]: write buffers, recycled per core;
 //! - [`maintenance`]: the narrow API compaction and retention change the segments through;
+//! - [`truncate`]: cutting the log back to an offset (closes, cuts the files, reopens);
 //! - [`state`] and [`segments`]: the state and segment list those keep consistent.
 
 use std::cell::{Cell, RefCell};
@@ -77,12 +78,14 @@ mod start;
 mod state;
 #[cfg(test)]
 mod tests;
+mod truncate;
 mod writeback;
 
 pub use read::{ReadPlan, StoredBatch, read_planned};
 pub(crate) use rounds::ROUNDS_IN_FLIGHT_MAX;
 pub(crate) use segments::SegmentList;
 pub use start::LOG_START_FILE;
+pub(crate) use start::read as start_floor;
 
 /// Counters of one partition log's I/O, for metrics and benches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

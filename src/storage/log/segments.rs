@@ -125,4 +125,12 @@ impl SegmentList {
         self.segments[i] = segment;
         self.check();
     }
+
+    /// Drops every segment's index mapping, for a closed log whose files are about to be
+    /// cut (a mapping must not outlive the bytes it maps). The log reads as empty after.
+    pub(crate) fn unmap_indexes(&mut self) {
+        for segment in &mut self.segments {
+            segment.index = crate::storage::index::Index::empty();
+        }
+    }
 }

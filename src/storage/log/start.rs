@@ -22,7 +22,7 @@ use crate::storage::StorageError;
 pub const LOG_START_FILE: &str = "log.start";
 
 /// The moved start kept in `dir`, or 0 (none, or unreadable: logged; 0 hides nothing).
-pub(super) fn read(dir: &Path) -> u64 {
+pub(crate) fn read(dir: &Path) -> u64 {
     let path = dir.join(LOG_START_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => match text.trim().parse() {
