@@ -236,6 +236,36 @@ fn committed(json: &str) -> Vec<(u64, u64)> {
     offsets
 }
 
+/// Each partition's (partition, log end, lag) in `groups describe --output json`.
+fn log_ends(json: &str) -> Vec<(u64, u64, u64)> {
+    let json: serde_json::Value = serde_json::from_str(json).unwrap();
+    let mut ends: Vec<(u64, u64, u64)> = json["partitions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{json}"))
+        .iter()
+        .map(|p| {
+            let field = |name: &str| p[name].as_u64().unwrap();
+            (field("partition"), field("log_end_offset"), field("lag"))
+        })
+        .collect();
+    ends.sort_unstable();
+    ends
+}
+
+/// Each partition's high watermark as `topics describe` through `node` shows it (asked
+/// of each partition's node).
+fn high_watermarks(node: &common::Broker, topic: &str) -> Vec<u64> {
+    let (ok, out, err) = pagurus(node, &["topics", "describe", topic, "--output", "json"], "");
+    assert!(ok, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    json[0]["partitions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{json}"))
+        .iter()
+        .map(|p| p["high_watermark"].as_u64().unwrap())
+        .collect()
+}
+
 #[test]
 fn the_cli_bootstrapped_on_one_node_follows_a_group_to_its_coordinator() {
     let dir = tempfile::tempdir().unwrap();
@@ -285,6 +315,11 @@ fn the_cli_bootstrapped_on_one_node_follows_a_group_to_its_coordinator() {
     let offsets = committed(&out);
     assert_eq!(offsets.len(), 6, "{out}");
     assert_eq!(offsets.iter().map(|(_, c)| c).sum::<u64>(), 60, "{out}");
+    // Each partition's log end is its owner node's, wherever it is: all read, no lag.
+    let ends = high_watermarks(node1, "native");
+    assert_eq!(ends.iter().sum::<u64>(), 60, "{ends:?}");
+    let expected: Vec<_> = (0..6).map(|p| (p, ends[p as usize], 0)).collect();
+    assert_eq!(log_ends(&out), expected, "{out}");
     let (ok, out, err) = pagurus(node1, &consume, "");
     assert!(ok && out.is_empty(), "{out}{err}");
 
@@ -303,12 +338,81 @@ fn the_cli_bootstrapped_on_one_node_follows_a_group_to_its_coordinator() {
     let (ok, out, err) = pagurus(&cluster.nodes[2], &describe, "");
     assert!(ok, "{err}");
     assert!(committed(&out).iter().all(|&(_, c)| c == 0), "{out}");
+    // Through node 3, which owns none of node 2's partitions: the lag is the log end.
+    let expected: Vec<_> = (0..6)
+        .map(|p| (p, ends[p as usize], ends[p as usize]))
+        .collect();
+    assert_eq!(log_ends(&out), expected, "{out}");
     let (ok, out, err) = pagurus(node1, &consume, "");
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 60, "{out}");
     let (ok, out, err) = pagurus(node1, &["groups", "delete", &group], "");
     assert!(ok, "{out}{err}");
     for node in &mut cluster.nodes {
+        assert!(node.terminate().success(), "{}", node.log_text());
+    }
+}
+
+#[test]
+fn groups_list_through_one_node_lists_the_groups_of_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3);
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    common::create_topic(&cluster.nodes[0], "listed", 3);
+    for node in 1..=3 {
+        let topic = || partitions_on(dir.path(), node, "listed");
+        common::cluster::eventually("a partition on each node", || topic().len() == 1);
+    }
+    // One group coordinated by each node, its offsets set through node 1.
+    let mut groups: Vec<String> = (1..=3).map(group_on).collect();
+    groups.sort_unstable();
+    for group in &groups {
+        let reset = [
+            "groups",
+            "reset-offsets",
+            group,
+            "--topic",
+            "listed",
+            "--to",
+            "earliest",
+        ];
+        let (ok, _, err) = pagurus(&cluster.nodes[0], &reset, "");
+        assert!(ok, "{group}: {err}");
+    }
+    let every: String = groups.iter().map(|g| format!("{g}\n")).collect();
+    for node in &cluster.nodes {
+        let (ok, out, err) = pagurus(node, &["groups", "list"], "");
+        assert!(ok && err.is_empty(), "{err}");
+        assert_eq!(out, every, "through {}", node.addr);
+    }
+    let (ok, out, err) = pagurus(
+        &cluster.nodes[1],
+        &["groups", "list", "--output", "json"],
+        "",
+    );
+    assert!(ok, "{err}");
+    let listed: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, groups, "{out}");
+
+    // With node 3 stopped, node 1 lists the other two's groups and says what is missing.
+    assert!(cluster.nodes[2].terminate().success());
+    let (ok, out, err) = pagurus(&cluster.nodes[0], &["groups", "list"], "");
+    assert!(ok, "{err}");
+    let on_three = group_on(3);
+    let rest: String = groups
+        .iter()
+        .filter(|g| **g != on_three)
+        .map(|g| format!("{g}\n"))
+        .collect();
+    assert_eq!(out, rest);
+    assert!(err.contains("node 3's groups are not listed"), "{err}");
+    for node in &mut cluster.nodes[..2] {
         assert!(node.terminate().success(), "{}", node.log_text());
     }
 }

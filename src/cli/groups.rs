@@ -1,9 +1,12 @@
 //! `pagurus groups list|describe|delete|reset-offsets`.
 
+use std::collections::BTreeSet;
+
 use clap::{Args, Subcommand};
 use serde_json::json;
 
 use crate::cli::{BrokerArgs, Output, describe, print_json, print_out, table, topic_error};
+use crate::client::blocking::Client;
 use crate::client::consume::StartAt;
 use crate::client::routing::Routed;
 use crate::protocol::native::{ErrorCode, GroupDescription, OffsetSpec};
@@ -18,7 +21,8 @@ pub struct GroupsArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum GroupsCommand {
-    /// Print the name of every group (with members or committed offsets), one per line.
+    /// Print the name of every group (with members or committed offsets), one per line;
+    /// on a cluster, the groups of every node.
     List {
         /// text, or json: one JSON document, for scripts.
         #[arg(long, value_enum, default_value = "text")]
@@ -62,8 +66,7 @@ pub fn run(args: GroupsArgs) -> Result<(), String> {
     let mut routed = super::routed::bare(&args.target, std::time::Duration::ZERO)?;
     match args.command {
         GroupsCommand::List { output } => {
-            let client = routed.bootstrap_client();
-            let groups = client.list_groups().map_err(|e| describe(&e))?;
+            let groups = list_everywhere(&args.target, routed.bootstrap_client())?;
             match output {
                 Output::Text => {
                     let text: String = groups.iter().map(|g| format!("{g}\n")).collect();
@@ -81,6 +84,7 @@ pub fn run(args: GroupsArgs) -> Result<(), String> {
             let mut described = routed
                 .on_coordinator(&group, |client| client.describe_group(&group))
                 .map_err(|e| format!("describing group {group}: {}", describe(&e)))?;
+            log_ends_from_owners(&args.target, &mut routed, &mut described);
             described
                 .partitions
                 .sort_by(|a, b| (&a.topic, a.partition).cmp(&(&b.topic, b.partition)));
@@ -103,6 +107,76 @@ pub fn run(args: GroupsArgs) -> Result<(), String> {
         } => reset_offsets(&mut routed, &group, &topic, partition, to)?,
     }
     Ok(())
+}
+
+/// The groups of the node asked and, on a cluster, of every other registered node (each
+/// lists the groups it coordinates or holds offsets of, as a Kafka broker does): merged,
+/// sorted, each once. A node that does not answer is named on stderr and left out.
+fn list_everywhere(target: &BrokerArgs, client: &mut Client) -> Result<Vec<String>, String> {
+    let mine = client.list_groups().map_err(|e| describe(&e))?;
+    let others = match super::routed::on_other_nodes(target, client, Client::list_groups) {
+        Ok(others) if others.is_empty() => return Ok(mine),
+        Ok(others) => others,
+        Err(e) => {
+            eprintln!("pagurus: only the groups of the node asked are listed: {e}");
+            return Ok(mine);
+        }
+    };
+    let mut groups: BTreeSet<String> = mine.into_iter().collect();
+    for (node, answer) in others {
+        match answer {
+            Ok(theirs) => groups.extend(theirs),
+            Err(e) => eprintln!("pagurus: node {node}'s groups are not listed: {e}"),
+        }
+    }
+    Ok(groups.into_iter().collect())
+}
+
+/// On a cluster, the coordinator knows the log end of its own node's partitions only (it
+/// gives 0 for the others): each partition's log end is asked of its owner node, as
+/// `topics describe` does, and the lag follows. A broker alone is left as it answered; a
+/// partition whose end cannot be had keeps the coordinator's figures (with a warning).
+fn log_ends_from_owners(
+    target: &BrokerArgs,
+    routed: &mut Routed,
+    described: &mut GroupDescription,
+) {
+    let mut names: Vec<&str> = described
+        .partitions
+        .iter()
+        .map(|p| p.topic.as_str())
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.is_empty() {
+        return;
+    }
+    let mut metadata = match routed.bootstrap_client().metadata(&names) {
+        Ok(metadata) if metadata.cluster.is_none() => return,
+        Ok(metadata) => metadata,
+        Err(e) => {
+            let e = describe(&e);
+            eprintln!(
+                "pagurus: the log ends shown are the coordinator's (0 for partitions of other nodes): {e}"
+            );
+            return;
+        }
+    };
+    let bootstrap = routed.routes().bootstrap();
+    super::routed::remote_offsets(target, bootstrap, &names, &mut metadata);
+    for p in &mut described.partitions {
+        let owner = metadata
+            .topics
+            .iter()
+            .find(|t| t.name == p.topic && t.error == ErrorCode::None as u16)
+            .and_then(|t| t.partitions.get(p.partition as usize));
+        // Each side gives 0 for what it does not know (the coordinator another node's
+        // partition, the metadata a node that did not answer), and a log end only grows.
+        if let Some(owner) = owner {
+            p.log_end_offset = p.log_end_offset.max(owner.high_watermark);
+            p.lag = p.log_end_offset.saturating_sub(p.committed_offset);
+        }
+    }
 }
 
 /// The member of the group that reads a partition, if any.

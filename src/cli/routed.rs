@@ -138,3 +138,41 @@ pub(super) fn remote_offsets(
         }
     }
 }
+
+/// A node's id and its answer, or why there is none.
+pub(super) type NodeAnswer<T> = (u16, Result<T, String>);
+
+/// On a cluster, runs `call` on every registered node but the one `client` is connected
+/// to (the node asked), each on a connection of its own, and gives each node's answer (a
+/// node that does not answer, its error). A broker alone has no other node, and nothing is
+/// asked of it but whether it is one (ClusterStatus). `Err` when the node asked does not
+/// say which nodes there are.
+pub(super) fn on_other_nodes<T>(
+    target: &BrokerArgs,
+    client: &mut Client,
+    mut call: impl FnMut(&mut Client) -> Result<T, ClientError>,
+) -> Result<Vec<NodeAnswer<T>>, String> {
+    let status = client.cluster_status().map_err(|e| describe(&e))?;
+    let others: Vec<_> = status
+        .nodes
+        .iter()
+        .filter(|n| status.role != 0 && n.id != status.node)
+        .collect();
+    if others.is_empty() {
+        return Ok(Vec::new());
+    }
+    let options = target.security.options()?;
+    Ok(others
+        .into_iter()
+        .map(|node| {
+            let answer = connect(
+                &node.client_addr,
+                &options,
+                target.timeout(),
+                target.timeout(),
+            )
+            .and_then(|mut other| call(&mut other).map_err(|e| describe(&e)));
+            (node.id, answer)
+        })
+        .collect())
+}
