@@ -416,3 +416,54 @@ fn groups_list_through_one_node_lists_the_groups_of_every_node() {
         assert!(node.terminate().success(), "{}", node.log_text());
     }
 }
+
+#[test]
+fn a_glommio_group_member_bootstrapped_on_one_node_reads_every_node_and_commits() {
+    use pagurus::client::glommio::{Client, GroupConsumer};
+    use pagurus::client::group::GroupConfig;
+    use pagurus::protocol::native::OffsetSpec;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3);
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    common::create_topic(&cluster.nodes[0], "glommio", 6);
+    for node in 1..=3 {
+        let topic = || partitions_on(dir.path(), node, "glommio");
+        common::cluster::eventually("2 partitions on each node", || topic().len() == 2);
+    }
+    let node1 = &cluster.nodes[0];
+    let lines: String = (0..60).map(|i| format!("k{i}:v{i}\n")).collect();
+    let produce = ["produce", "--topic", "glommio", "--key-separator", ":"];
+    let (ok, _, err) = pagurus(node1, &produce, &lines);
+    assert!(ok, "{err}");
+
+    // A member given a connection to node 1 joins at node 2, the coordinator, and reads
+    // the partitions of all three nodes.
+    let group = group_on(2);
+    let (addr, config) = (node1.addr, GroupConfig::new(&group, &["glommio"]));
+    let read = common::on_glommio(move || async move {
+        let client = Client::connect(addr).await.unwrap();
+        let timeout = Duration::from_secs(5);
+        let mut consumer = GroupConsumer::new(client, config, OffsetSpec::Earliest, timeout);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut read = 0;
+        while read < 60 && std::time::Instant::now() < deadline {
+            if let Some(fetch) = consumer.poll(Duration::from_millis(100)).await.unwrap() {
+                read += fetch.records().count();
+            }
+        }
+        consumer.close().await.unwrap();
+        read
+    });
+    assert_eq!(read, 60);
+    let describe = ["groups", "describe", &group, "--output", "json"];
+    let (ok, out, err) = pagurus(node1, &describe, "");
+    assert!(ok, "{err}");
+    let ends = high_watermarks(node1, "glommio");
+    let expected: Vec<_> = (0..6).map(|p| (p, ends[p as usize], 0)).collect();
+    assert_eq!(log_ends(&out), expected, "all committed: {out}");
+    assert_eq!(committed(&out).iter().map(|(_, c)| c).sum::<u64>(), 60);
+    for node in &mut cluster.nodes {
+        assert!(node.terminate().success(), "{}", node.log_text());
+    }
+}

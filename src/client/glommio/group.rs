@@ -3,7 +3,8 @@
 //! come and go. The member's decisions are the sans-IO [`Membership`], shared with
 //! [`crate::client::blocking::GroupConsumer`]; this driver only does the I/O, each call
 //! bounded (a join by the rebalance timeout plus `timeout`, a fetch by its wait plus
-//! `timeout`, any other call by `timeout`).
+//! `timeout`, any other call by `timeout`). On a cluster its group calls go to the group's
+//! coordinator and each partition's calls to its owner node ([`Nodes`]).
 
 use std::future::Future;
 use std::io;
@@ -13,6 +14,7 @@ use futures_lite::FutureExt;
 
 use crate::client::ClientError;
 use crate::client::consume::{FetchedBatches, Record};
+use crate::client::glommio::nodes::Nodes;
 use crate::client::glommio::{Client, Polled};
 use crate::client::group::{GroupConfig, Membership, Next, next_after};
 use crate::protocol::native::{ErrorCode, OffsetSpec, Request};
@@ -37,7 +39,7 @@ impl GroupFetch {
 }
 
 pub struct GroupConsumer {
-    client: Client,
+    nodes: Nodes,
     member: Membership,
     /// Where a partition with no committed offset starts.
     reset: OffsetSpec,
@@ -55,7 +57,7 @@ impl GroupConsumer {
         timeout: Duration,
     ) -> GroupConsumer {
         GroupConsumer {
-            client,
+            nodes: Nodes::new(client, timeout),
             member: Membership::new(config),
             reset,
             timeout,
@@ -79,7 +81,7 @@ impl GroupConsumer {
 
     /// Replaces a lost connection (the caller reconnected); the member joins again.
     pub fn reconnected(&mut self, client: Client) {
-        self.client = client;
+        self.nodes.reset(client);
         self.member.rejoin(Next::Rejoin);
     }
 
@@ -134,7 +136,11 @@ impl GroupConsumer {
             max_bytes: self.max_bytes,
             max_wait_ms: millis(wait),
         };
-        let reply = within(self.timeout + wait, self.client.call(&request)).await;
+        let bound = self.timeout + wait;
+        let reply = self
+            .nodes
+            .on_owner(&topic, partition, bound, &request)
+            .await;
         let (outcome, polled) = match reply.and_then(|reply| {
             let fetched = reply.fetched()?;
             let (next, high_watermark) = (fetched.next_offset(), fetched.high_watermark);
@@ -182,7 +188,12 @@ impl GroupConsumer {
                 partition,
                 offset,
             };
-            match within(self.timeout, self.client.call(&request)).await {
+            let group = &self.member.config.group;
+            match self
+                .nodes
+                .on_coordinator(group, self.timeout, &request)
+                .await
+            {
                 Ok(_) => self.member.committed_at(&topic, partition, offset),
                 Err(e) => match next_after(&e) {
                     Next::Fail => return Err(e),
@@ -204,7 +215,10 @@ impl GroupConsumer {
                 group: self.member.config.group.as_bytes(),
                 member_id: self.member.member_id.as_bytes(),
             };
-            within(self.timeout, self.client.call(&request)).await?;
+            let group = &self.member.config.group;
+            self.nodes
+                .on_coordinator(group, self.timeout, &request)
+                .await?;
         }
         Ok(())
     }
@@ -217,7 +231,12 @@ impl GroupConsumer {
             member_id: self.member.member_id.as_bytes(),
             generation,
         };
-        match within(self.timeout, self.client.call(&request)).await {
+        let group = &self.member.config.group;
+        match self
+            .nodes
+            .on_coordinator(group, self.timeout, &request)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(e) => match next_after(&e) {
                 Next::Fail => Err(e),
@@ -238,7 +257,8 @@ impl GroupConsumer {
         let bound = self.member.config.rebalance_timeout + self.timeout;
         let joined = loop {
             let request = Request::JoinGroup(self.member.join_request());
-            let answer = within(bound, self.client.call(&request)).await;
+            let group = &self.member.config.group;
+            let answer = self.nodes.on_coordinator(group, bound, &request).await;
             match answer.and_then(|reply| reply.joined()) {
                 Ok(joined) => break joined,
                 // The rebalance outlasted this join, or the group forgot the member:
@@ -255,8 +275,12 @@ impl GroupConsumer {
                 topic: topic.as_bytes(),
                 partition,
             };
-            let committed = within(self.timeout, self.client.request(&request)).await?;
-            match committed.offset() {
+            let group = &self.member.config.group;
+            let committed = self
+                .nodes
+                .on_coordinator(group, self.timeout, &request)
+                .await;
+            match committed.and_then(|reply| reply.offset()) {
                 Ok(offset) => self.member.seek(&topic, partition, offset, true),
                 Err(e) if e.code() == Some(ErrorCode::NoCommittedOffset) => {
                     let request = Request::ListOffsets {
@@ -264,7 +288,10 @@ impl GroupConsumer {
                         partition,
                         spec: self.reset,
                     };
-                    let reply = within(self.timeout, self.client.call(&request)).await?;
+                    let reply = self
+                        .nodes
+                        .on_owner(&topic, partition, self.timeout, &request)
+                        .await?;
                     self.member.seek(&topic, partition, reply.offset()?, false);
                 }
                 Err(e) => return Err(e),
@@ -276,7 +303,7 @@ impl GroupConsumer {
 
 /// `call`'s answer, or a timeout error once `bound` passed (the answer, if it comes, is
 /// thrown away; the connection stays usable).
-async fn within<T>(
+pub(super) async fn within<T>(
     bound: Duration,
     call: impl Future<Output = Result<T, ClientError>>,
 ) -> Result<T, ClientError> {

@@ -20,6 +20,7 @@
 
 pub mod consumer;
 pub mod group;
+mod nodes;
 pub mod producer;
 
 use std::cell::RefCell;
