@@ -9,7 +9,7 @@ use crate::cli::{BrokerArgs, ReconnectArgs, connect, describe, reconnect, reconn
 use crate::client::ClientError;
 use crate::client::blocking::Client;
 use crate::client::routing::{Connect, Routed};
-use crate::protocol::native::MetadataResponse;
+use crate::protocol::native::{ErrorCode, MetadataResponse};
 
 /// Connects to `--broker` and learns `topics`' routes; reads on every connection wait up
 /// to the timeout plus `extra` (a fetch's long poll).
@@ -152,27 +152,46 @@ pub(super) fn on_other_nodes<T>(
     client: &mut Client,
     mut call: impl FnMut(&mut Client) -> Result<T, ClientError>,
 ) -> Result<Vec<NodeAnswer<T>>, String> {
-    let status = client.cluster_status().map_err(|e| describe(&e))?;
-    let others: Vec<_> = status
-        .nodes
-        .iter()
-        .filter(|n| status.role != 0 && n.id != status.node)
-        .collect();
+    let others = other_nodes(client).map_err(|e| describe(&e))?;
     if others.is_empty() {
         return Ok(Vec::new());
     }
     let options = target.security.options()?;
     Ok(others
         .into_iter()
-        .map(|node| {
-            let answer = connect(
-                &node.client_addr,
-                &options,
-                target.timeout(),
-                target.timeout(),
-            )
-            .and_then(|mut other| call(&mut other).map_err(|e| describe(&e)));
-            (node.id, answer)
+        .map(|(id, addr)| {
+            let answer = connect(&addr, &options, target.timeout(), target.timeout())
+                .and_then(|mut other| call(&mut other).map_err(|e| describe(&e)));
+            (id, answer)
         })
         .collect())
+}
+
+/// The registered nodes other than the one `client` is connected to, with their client
+/// addresses: from ClusterStatus, or, for a principal the ACLs do not let see the cluster's
+/// status, from the metadata's cluster section (which any client gets). None on a broker
+/// alone.
+fn other_nodes(client: &mut Client) -> Result<Vec<(u16, String)>, ClientError> {
+    match client.cluster_status() {
+        Ok(status) => Ok(status
+            .nodes
+            .into_iter()
+            .filter(|n| status.role != 0 && n.id != status.node)
+            .map(|n| (n.id, n.client_addr))
+            .collect()),
+        Err(ClientError::Broker { code, .. })
+            if code == ErrorCode::ClusterAuthorizationFailed as u16 =>
+        {
+            let Some(cluster) = client.metadata(&[])?.cluster else {
+                return Ok(Vec::new());
+            };
+            Ok(cluster
+                .nodes
+                .into_iter()
+                .filter(|n| n.id != cluster.node)
+                .map(|n| (n.id, format!("{}:{}", n.host, n.port)))
+                .collect())
+        }
+        Err(other) => Err(other),
+    }
 }
