@@ -405,6 +405,10 @@ impl Driver {
                 index,
                 "controller state restored from the leader's snapshot"
             ),
+            Event::VotersChanged { index, voters, .. } => {
+                let voters: Vec<u16> = voters.iter().map(|v| v.0).collect();
+                info!(index, ?voters, "controller voters changed");
+            }
         }
     }
 
