@@ -14,6 +14,9 @@
 //! the executor.
 
 mod propose;
+#[cfg(test)]
+mod tests;
+mod view;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,22 +26,21 @@ use std::time::{Duration, Instant};
 
 use futures_lite::future;
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
-use raft::StateRole;
 use tracing::{debug, info, warn};
 
 use crate::cluster::config::ClusterConfig;
 use crate::cluster::controller::driver::{Controller, DriverConfig, DriverError, Event};
 use crate::cluster::controller::raft_store::{RaftStore, controller_dir};
-use crate::cluster::controller::state::{ClusterState, Command};
+use crate::cluster::controller::state::Command;
 use crate::cluster::identity::{self, ClusterIdError};
-use crate::cluster::status::{
-    ClusterStatus, ClusterView, NodeStatus, PlacedTopic, Role, Snapshot, TopicOwners,
-};
+use crate::cluster::status::{ClusterView, Snapshot};
 use crate::cluster::transport::{Received, Transport, TransportConfig, TransportError};
 use crate::cluster::wire::CONTROLLER_GROUP;
 use crate::cluster::{ClusterId, NodeId};
 
 pub use propose::{PROPOSE_TIMEOUT, ProposeError, Proposer};
+use view::status_of;
+pub(crate) use view::{members_of, owners_of};
 
 /// What the node's topics must follow, sent by the driver once the view shows it: a topic
 /// the controller deleted, or any other change of its topics (the receiver compares the
@@ -405,6 +407,17 @@ impl Driver {
                 index,
                 "controller state restored from the leader's snapshot"
             ),
+            Event::VotersChanged {
+                index,
+                voters,
+                proposal,
+            } => {
+                let ids: Vec<u16> = voters.iter().map(|v| v.0).collect();
+                info!(index, voters = ?ids, "controller voters changed");
+                if let Some(id) = proposal {
+                    self.waiting.voters_applied(id, voters);
+                }
+            }
         }
     }
 
@@ -524,67 +537,6 @@ enum Wake {
     Tick,
 }
 
-/// The controller's topics, as the view shows them.
-pub(crate) fn owners_of(state: &ClusterState) -> TopicOwners {
-    state
-        .topics()
-        .map(|t| {
-            let owners = t
-                .partitions
-                .iter()
-                .map(|p| {
-                    p.replicas
-                        .first()
-                        .map_or((NodeId(0), 0), |r| (r.node, r.core))
-                })
-                .collect();
-            let placed = PlacedTopic {
-                settings: t.settings.clone(),
-                owners,
-            };
-            (t.name.clone(), placed)
-        })
-        .collect()
-}
-
-/// The registered nodes and their cores, by id, as the view shows them.
-pub(crate) fn members_of(state: &ClusterState) -> Vec<(NodeId, u16)> {
-    let mut members: Vec<(NodeId, u16)> = state.nodes().map(|n| (n.id, n.cores)).collect();
-    members.sort();
-    members
-}
-
-/// What `controller` knows, as the view shows it.
-fn status_of(me: NodeId, controller: &Controller) -> ClusterStatus {
-    ClusterStatus {
-        node: me,
-        role: role(controller.role()),
-        term: controller.term(),
-        leader: controller.leader(),
-        applied: controller.applied(),
-        nodes: controller
-            .state()
-            .nodes()
-            .map(|n| NodeStatus {
-                id: n.id,
-                client_addr: n.client_addr.clone(),
-                cluster_addr: n.cluster_addr.clone(),
-                cores: n.cores,
-                live: n.live,
-            })
-            .collect(),
-    }
-}
-
 fn due(last: Option<Instant>, now: Instant) -> bool {
     last.is_none_or(|t| now.duration_since(t) >= RETRY_EVERY)
-}
-
-fn role(role: StateRole) -> Role {
-    match role {
-        StateRole::Follower => Role::Follower,
-        StateRole::PreCandidate => Role::PreCandidate,
-        StateRole::Candidate => Role::Candidate,
-        StateRole::Leader => Role::Leader,
-    }
 }

@@ -165,8 +165,11 @@ struct Outbox {
 
 struct Inner {
     config: TransportConfig,
-    members: Vec<NodeId>,
-    outboxes: HashMap<NodeId, RefCell<Outbox>>,
+    /// Every member, this node included; [`Transport::set_peers`] changes it.
+    members: RefCell<Vec<NodeId>>,
+    outboxes: RefCell<HashMap<NodeId, Rc<RefCell<Outbox>>>>,
+    /// Each other member's address and the task of its outgoing link.
+    links: RefCell<HashMap<NodeId, (Peer, u64)>>,
     handlers: RefCell<HashMap<GroupId, LocalSender<Received>>>,
     stats: Cell<TransportStats>,
     /// Every task of this transport, so dropping it stops them all.
@@ -203,6 +206,28 @@ impl Inner {
         id
     }
 
+    /// Starts the outgoing link to `peer` (a new queue).
+    fn add_link(self: &Rc<Self>, peer: Peer) {
+        let node = peer.node;
+        self.outboxes.borrow_mut().insert(node, Rc::default());
+        let task = self.spawn(link::link(Rc::clone(self), peer.clone()));
+        self.links.borrow_mut().insert(node, (peer, task));
+    }
+
+    /// Stops the outgoing link to `node`, drops its queue and closes its incoming
+    /// connection.
+    fn remove_link(&self, node: NodeId) {
+        if let Some((_, task)) = self.links.borrow_mut().remove(&node) {
+            self.cancel(task);
+        }
+        self.outboxes.borrow_mut().remove(&node);
+        let incoming = self.incoming.borrow_mut().remove(&node);
+        if let Some(task) = incoming {
+            self.cancel(task);
+        }
+        self.hellos.borrow_mut().remove(&node);
+    }
+
     fn cancel(&self, id: u64) {
         if let Some(handle) = self.tasks.borrow_mut().remove(&id) {
             handle.cancel();
@@ -237,11 +262,9 @@ impl Transport {
             .cloned()
             .collect();
         let inner = Rc::new(Inner {
-            members: config.members(),
-            outboxes: others
-                .iter()
-                .map(|p| (p.node, RefCell::default()))
-                .collect(),
+            members: RefCell::new(config.members()),
+            outboxes: RefCell::default(),
+            links: RefCell::default(),
             config,
             handlers: RefCell::default(),
             stats: Cell::default(),
@@ -253,7 +276,7 @@ impl Transport {
         });
         inner.spawn(conn::accept_loop(Rc::clone(&inner), listener));
         for peer in others {
-            inner.spawn(link::link(Rc::clone(&inner), peer));
+            inner.add_link(peer);
         }
         tracing::info!(listen = %local_addr, node = inner.config.me.0, "cluster transport started");
         Ok(Transport { inner, local_addr })
@@ -283,7 +306,9 @@ impl Transport {
         let outbox = self
             .inner
             .outboxes
+            .borrow()
             .get(&to)
+            .cloned()
             .ok_or(TransportError::UnknownPeer { node: to })?;
         let mut frame = Vec::new();
         wire::encode_raft(group, message, self.inner.config.max_body_bytes, &mut frame)?;
@@ -304,6 +329,49 @@ impl Transport {
         Ok(())
     }
 
+    /// Makes `peers` (every member, this node included) the members: a new member gets a
+    /// link, a member whose address changed a new one, and a member no longer listed loses
+    /// its link, its queue and its incoming connection (its hellos are refused from now
+    /// on). The cluster's membership changes at run time this way.
+    pub fn set_peers(&self, peers: &[Peer]) {
+        let me = self.inner.config.me;
+        let wanted: HashMap<NodeId, &Peer> = peers
+            .iter()
+            .filter(|p| p.node != me)
+            .map(|p| (p.node, p))
+            .collect();
+        let current: Vec<(NodeId, Peer)> = self
+            .inner
+            .links
+            .borrow()
+            .iter()
+            .map(|(node, (peer, _))| (*node, peer.clone()))
+            .collect();
+        for (node, peer) in &current {
+            if wanted.get(node).is_none_or(|p| *p != peer) {
+                tracing::info!(node = node.0, addr = %peer.addr, "cluster peer removed");
+                self.inner.remove_link(*node);
+            }
+        }
+        for (node, peer) in wanted {
+            if !self.inner.links.borrow().contains_key(&node) {
+                tracing::info!(node = node.0, addr = %peer.addr, "cluster peer added");
+                self.inner.add_link(peer.clone());
+            }
+        }
+        let mut members: Vec<NodeId> = peers.iter().map(|p| p.node).collect();
+        if !members.contains(&me) {
+            members.push(me);
+        }
+        members.sort_unstable();
+        *self.inner.members.borrow_mut() = members;
+    }
+
+    /// The members now, this node included, by id.
+    pub fn members(&self) -> Vec<NodeId> {
+        self.inner.members.borrow().clone()
+    }
+
     pub fn stats(&self) -> TransportStats {
         self.inner.stats.get()
     }
@@ -318,7 +386,7 @@ impl Transport {
         if hellos.values().any(|&id| id == ours) {
             return PeerClusters::Own;
         }
-        let quorum = self.inner.members.len() / 2 + 1;
+        let quorum = self.inner.members.borrow().len() / 2 + 1;
         for &theirs in hellos.values() {
             let mut nodes: Vec<NodeId> = hellos
                 .iter()

@@ -22,7 +22,9 @@
 use std::time::Duration;
 
 use protobuf::Message as _;
-use raft::eraftpb::{ConfChange, ConfChangeV2, Entry, EntryType, Message, Snapshot};
+use raft::eraftpb::{
+    ConfChange, ConfChangeType, ConfChangeV2, Entry, EntryType, Message, Snapshot,
+};
 use raft::{Config, RawNode, SnapshotStatus, StateRole, Storage as _};
 
 use super::raft_store::{RaftStore, RaftStoreError};
@@ -82,6 +84,8 @@ pub enum DriverError {
     BadSnapshot { index: u64, source: DecodeError },
     #[error("{node} is not among the initial voters {voters:?}")]
     NotAVoter { node: NodeId, voters: Vec<NodeId> },
+    #[error(transparent)]
+    Voters(#[from] VoterError),
 }
 
 /// What applying the committed log did, in log order.
@@ -97,6 +101,13 @@ pub enum Event {
     },
     /// The state was replaced by the leader's snapshot at `index`.
     Restored { index: u64 },
+    /// The change of the voters at `index` was applied: `voters` are the voters now.
+    /// `proposal` is the id this node proposed it under, when it did.
+    VotersChanged {
+        index: u64,
+        voters: Vec<NodeId>,
+        proposal: Option<u64>,
+    },
 }
 
 /// One node's member of the controller group.
@@ -107,6 +118,8 @@ pub struct Controller {
     applied: u64,
     config: DriverConfig,
     outbox: Vec<Message>,
+    /// A node was added: snapshot at once, so the leader sends it a snapshot naming it.
+    snapshot_due: bool,
 }
 
 impl Controller {
@@ -129,6 +142,15 @@ impl Controller {
             let ids: Vec<u64> = voters.iter().map(|v| v.raft_id()).collect();
             store.initialize(&ids)?;
         }
+        Controller::open_store(node, store, config)
+    }
+
+    /// Opens the controller on `store` as it is (set up, or without a configuration).
+    fn open_store(
+        node: NodeId,
+        store: RaftStore,
+        config: DriverConfig,
+    ) -> Result<Controller, DriverError> {
         let snapshot = store.latest_snapshot();
         let applied = snapshot.get_metadata().index;
         let state = restore(snapshot)?;
@@ -152,6 +174,7 @@ impl Controller {
             applied,
             config,
             outbox: Vec::new(),
+            snapshot_due: false,
         })
     }
 
@@ -193,6 +216,9 @@ impl Controller {
 
     /// A message from a peer (raft-rs refuses one from a node outside the group).
     pub fn step(&mut self, message: Message) -> Result<(), DriverError> {
+        if self.refuse_own_removal(&message) {
+            return Ok(());
+        }
         Ok(self.raw.step(message)?)
     }
 
@@ -231,10 +257,16 @@ impl Controller {
 
     /// Hands `command` to raft-rs, its context naming this node and `proposal`.
     fn append(&mut self, command: &Command, proposal: u64) -> Result<(), DriverError> {
+        let context = self.proposal_context(proposal);
+        Ok(self.raw.propose(context, command.encode())?)
+    }
+
+    /// An entry's context: this node and the proposal id it picked.
+    fn proposal_context(&self, proposal: u64) -> Vec<u8> {
         let mut context = Vec::with_capacity(10);
         context.extend_from_slice(&self.node.0.to_be_bytes());
         context.extend_from_slice(&proposal.to_be_bytes());
-        Ok(self.raw.propose(context, command.encode())?)
+        context
     }
 
     /// Whether [`Controller::handle_ready`] has anything to persist, apply or send.
@@ -324,19 +356,30 @@ impl Controller {
                 EntryType::EntryConfChange => {
                     let cc = ConfChange::parse_from_bytes(&entry.data)
                         .map_err(|e| bad_conf_change(index, e))?;
+                    self.snapshot_due |= cc.change_type == ConfChangeType::AddNode;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.raw.mut_store().set_conf_state(cs)?;
+                    events.push(self.voters_changed(&entry));
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc = ConfChangeV2::parse_from_bytes(&entry.data)
                         .map_err(|e| bad_conf_change(index, e))?;
                     let cs = self.raw.apply_conf_change(&cc)?;
                     self.raw.mut_store().set_conf_state(cs)?;
+                    events.push(self.voters_changed(&entry));
                 }
             }
             self.applied = index;
         }
         Ok(())
+    }
+
+    fn voters_changed(&self, entry: &Entry) -> Event {
+        Event::VotersChanged {
+            index: entry.index,
+            voters: self.voters(),
+            proposal: self.proposal_of(&entry.context),
+        }
     }
 
     fn apply_command(&mut self, entry: &Entry) -> Result<Event, DriverError> {
@@ -365,9 +408,12 @@ impl Controller {
         let store = self.raw.store();
         let latest = store.latest_snapshot().get_metadata().index;
         let committed = store.hard_state().commit;
-        if self.applied < latest + self.config.snapshot_every || self.applied > committed {
+        let due = self.applied >= latest + self.config.snapshot_every
+            || (self.snapshot_due && self.applied > latest);
+        if !due || self.applied > committed {
             return Ok(());
         }
+        self.snapshot_due = false;
         let conf = self.raw.raft.prs().conf().to_conf_state();
         let data = self.state.encode_snapshot();
         let applied = self.applied;
@@ -426,7 +472,13 @@ fn bad_conf_change(index: u64, e: protobuf::ProtobufError) -> DriverError {
     }
 }
 
+mod voters;
+
+pub use voters::{VoterChange, VoterError};
+
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod voter_tests;

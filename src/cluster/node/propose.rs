@@ -6,13 +6,19 @@
 //! leader that then changes (lost with it, or not) is made again to the new one, under
 //! the same id: the first to apply answers, a second one is applied as a refusal
 //! (`TopicExists`, `UnknownTopic`) that nobody waits for. Every wait is bounded.
+//!
+//! A change of the controller's voters ([`Proposer::change_voters`]) goes the same way and
+//! is answered with the voters once applied here. Its refusals (`VoterError`) are answered
+//! at once, except the removal of the leader, which the leader answers by handing its
+//! leadership over: it is proposed again to the next leader.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use glommio::channels::local_channel::{self, LocalReceiver, LocalSender};
 
-use crate::cluster::controller::driver::{Controller, DriverError};
+use crate::cluster::NodeId;
+use crate::cluster::controller::driver::{Controller, DriverError, VoterChange, VoterError};
 use crate::cluster::controller::state::{Command, CommandError};
 
 /// Longest wait for a proposal to be applied on this node.
@@ -24,6 +30,8 @@ const REQUESTS_MAX: usize = 256;
 pub enum ProposeError {
     #[error(transparent)]
     Refused(#[from] CommandError),
+    #[error(transparent)]
+    Voters(#[from] VoterError),
     #[error(
         "the controller did not apply the change within {0:?} (no leader, or no quorum); it may still be applied"
     )]
@@ -34,10 +42,20 @@ pub enum ProposeError {
     Driver(String),
 }
 
-/// A command and where its outcome goes.
+/// What a proposal changes.
+#[derive(Debug, Clone)]
+enum Change {
+    Command(Command),
+    Voters(VoterChange),
+}
+
+/// What an applied proposal answers: the voters after a change of them, else nothing.
+type Reply = Result<Vec<NodeId>, ProposeError>;
+
+/// A change and where its outcome goes.
 pub(super) struct Request {
-    command: Command,
-    reply: LocalSender<Result<(), ProposeError>>,
+    change: Change,
+    reply: LocalSender<Reply>,
 }
 
 /// Asks this node's controller for changes; cheap to clone, used on the driver's executor.
@@ -55,8 +73,18 @@ impl Proposer {
 
     /// Proposes `command` and waits until it is applied on this node (or refused).
     pub async fn propose(&self, command: Command) -> Result<(), ProposeError> {
+        self.ask(Change::Command(command)).await.map(|_| ())
+    }
+
+    /// Proposes a change of the controller's voters and waits until it is applied on this
+    /// node (or refused); the voters after it.
+    pub async fn change_voters(&self, change: VoterChange) -> Result<Vec<NodeId>, ProposeError> {
+        self.ask(Change::Voters(change)).await
+    }
+
+    async fn ask(&self, change: Change) -> Reply {
         let (reply, outcome) = local_channel::new_bounded(1);
-        let request = Request { command, reply };
+        let request = Request { change, reply };
         self.requests
             .try_send(request)
             .map_err(|_| ProposeError::Driver(String::from("too many changes waiting")))?;
@@ -74,8 +102,8 @@ impl Proposer {
 /// A proposal not yet applied.
 struct Waiter {
     since: Instant,
-    command: Command,
-    reply: LocalSender<Result<(), ProposeError>>,
+    change: Change,
+    reply: LocalSender<Reply>,
     /// The leader it was last proposed to; `None` while not proposed yet.
     proposed_to: Option<crate::cluster::NodeId>,
 }
@@ -91,7 +119,7 @@ impl Waiting {
     pub(super) fn start(&mut self, id: u64, request: Request) {
         let waiter = Waiter {
             since: Instant::now(),
-            command: request.command,
+            change: request.change,
             reply: request.reply,
             proposed_to: None,
         };
@@ -109,10 +137,17 @@ impl Waiting {
             if waiter.proposed_to == Some(leader) {
                 continue;
             }
-            match controller.propose_anywhere(&waiter.command, *id) {
+            let proposed = match &waiter.change {
+                Change::Command(command) => controller.propose_anywhere(command, *id),
+                Change::Voters(change) => controller.propose_voter_change(*change, *id),
+            };
+            match proposed {
                 Ok(()) => waiter.proposed_to = Some(leader),
-                Err(DriverError::NotLeader { .. }) => {}
+                // Proposed again each round until the leadership moved.
+                Err(DriverError::NotLeader { .. })
+                | Err(DriverError::Voters(VoterError::LeaderMovingAway(_))) => {}
                 Err(DriverError::Refused(why)) => refused.push((*id, ProposeError::Refused(why))),
+                Err(DriverError::Voters(why)) => refused.push((*id, ProposeError::Voters(why))),
                 Err(other) => refused.push((*id, ProposeError::Driver(other.to_string()))),
             }
         }
@@ -127,7 +162,14 @@ impl Waiting {
     pub(super) fn applied(&mut self, id: u64, result: Result<(), CommandError>) {
         if let Some(Waiter { reply, .. }) = self.waiters.remove(&id) {
             // The proposer may have timed out and gone: nothing to tell then.
-            let _ = reply.try_send(result.map_err(ProposeError::from));
+            let _ = reply.try_send(result.map(|()| Vec::new()).map_err(ProposeError::from));
+        }
+    }
+
+    /// The change of the voters proposed under `id` was applied here: `voters` now.
+    pub(super) fn voters_applied(&mut self, id: u64, voters: Vec<NodeId>) {
+        if let Some(Waiter { reply, .. }) = self.waiters.remove(&id) {
+            let _ = reply.try_send(Ok(voters));
         }
     }
 

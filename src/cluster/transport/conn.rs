@@ -153,13 +153,14 @@ pub(super) async fn read_hello(
     };
     // Which cluster a member says it is in, whether or not it is ours (a data directory of
     // another cluster is found this way: `Transport::peer_clusters`).
-    if hello.node != inner.config.me && inner.members.contains(&hello.node) {
+    let members = inner.members.borrow().clone();
+    if hello.node != inner.config.me && members.contains(&hello.node) {
         inner.hellos.borrow_mut().insert(hello.node, hello.cluster);
     }
     hello.check(&HelloExpect {
         cluster: inner.config.cluster,
         me: inner.config.me,
-        members: &inner.members,
+        members: &members,
     })?;
     Ok(hello)
 }

@@ -131,7 +131,10 @@ async fn resolve(addr: &PeerAddr, limit: Duration) -> Result<SocketAddr, ConnErr
 /// alongside the writes, and a peer that closed is reconnected to at once rather than at
 /// the next write.
 async fn pump(inner: &Inner, peer: &Peer, stream: TcpStream) -> ConnError {
-    let outbox = &inner.outboxes[&peer.node];
+    let Some(outbox) = inner.outboxes.borrow().get(&peer.node).cloned() else {
+        return ConnError::Closed; // the peer was removed; its link is cancelled
+    };
+    let outbox = &*outbox;
     let (mut rd, mut wr) = futures_lite::io::split(stream);
     let watch = async {
         let mut byte = [0u8; 1];

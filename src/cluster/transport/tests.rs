@@ -450,3 +450,48 @@ fn backoff_doubles_from_the_minimum_to_the_cap_with_jitter() {
         assert!((Duration::from_secs(1)..=Duration::from_secs(2)).contains(&capped));
     }
 }
+
+#[test]
+fn a_member_added_at_run_time_is_reached_and_a_removed_one_is_cut_off() {
+    run(|| async {
+        let all = peers(3);
+        let two = &all[..2];
+        let a = start(1, two);
+        let a_rx = a.register(CONTROLLER_GROUP, 64);
+        let c = start(3, &all);
+        let c_rx = c.register(CONTROLLER_GROUP, 64);
+        // Node 3 is no member of node 1 yet: its hellos are refused, nothing is delivered.
+        let _ = c.send(NodeId(1), CONTROLLER_GROUP, &message(3, 1, 1));
+        glommio::timer::sleep(Duration::from_millis(300)).await;
+        assert!(a.stats().refused >= 1, "node 3's hello was not refused");
+        assert_eq!(a.stats().delivered, 0);
+        assert!(matches!(
+            a.send(NodeId(3), CONTROLLER_GROUP, &message(1, 3, 1)),
+            Err(TransportError::UnknownPeer { .. })
+        ));
+        a.set_peers(&all);
+        assert_eq!(a.members(), vec![NodeId(1), NodeId(2), NodeId(3)]);
+        assert_eq!(send_until_received(&c, 3, 1, &a_rx).await.from, NodeId(3));
+        assert_eq!(send_until_received(&a, 1, 3, &c_rx).await.from, NodeId(1));
+        // Removed again: nothing more goes either way.
+        a.set_peers(two);
+        assert_eq!(a.members(), vec![NodeId(1), NodeId(2)]);
+        assert!(matches!(
+            a.send(NodeId(3), CONTROLLER_GROUP, &message(1, 3, 2)),
+            Err(TransportError::UnknownPeer { .. })
+        ));
+        let delivered = a.stats().delivered;
+        for index in 10..20 {
+            let _ = c.send(NodeId(1), CONTROLLER_GROUP, &message(3, 1, index));
+            glommio::timer::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(
+            a.stats().delivered,
+            delivered,
+            "a removed member is cut off"
+        );
+        while let Some(got) = futures_lite::future::poll_once(a_rx.recv()).await.flatten() {
+            assert!(got.message.index < 10, "{got:?}");
+        }
+    });
+}

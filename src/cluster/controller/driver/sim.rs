@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use raft::eraftpb::{Message, MessageType};
 
-use super::{Controller, DriverConfig, DriverError, Event};
+use super::{Controller, DriverConfig, DriverError, Event, VoterChange};
 use crate::cluster::NodeId;
 use crate::cluster::controller::raft_store::{RaftStore, controller_dir};
 use crate::cluster::controller::state::Command;
@@ -63,12 +63,31 @@ impl Sim {
         self.voters.clone()
     }
 
-    /// Opens node `id` from its files (its first start sets them up).
+    /// Opens node `id` from its files (its first start sets them up; a node that was not
+    /// an initial voter opens as a joining one).
     pub fn restart(&mut self, id: NodeId) {
         let dir = controller_dir(&self.root.join(format!("node{}", id.0)));
         let store = RaftStore::open(&dir).unwrap();
-        let node = Controller::open(id, &self.voters, store, self.config.clone()).unwrap();
-        self.nodes.insert(id, Some(node));
+        let config = self.config.clone();
+        let node = match self.voters.contains(&id) {
+            true => Controller::open(id, &self.voters, store, config),
+            false => Controller::join(id, store, config),
+        };
+        self.nodes.insert(id, Some(node.unwrap()));
+    }
+
+    /// Starts node `id`, not an initial voter, on an empty store: it waits to be added.
+    pub fn join(&mut self, id: NodeId) {
+        self.events.entry(id).or_default();
+        self.restart(id);
+    }
+
+    /// Proposes `change` on node `on`; the proposal id.
+    pub fn propose_voters(&mut self, on: NodeId, change: VoterChange) -> Result<u64, DriverError> {
+        let proposal = self.next_proposal;
+        self.next_proposal += 1;
+        self.node_mut(on).propose_voter_change(change, proposal)?;
+        Ok(proposal)
     }
 
     /// Stops node `id` at once (its files stay as the last write left them).

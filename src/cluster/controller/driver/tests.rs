@@ -52,7 +52,7 @@ fn applied(sim: &Sim, node: NodeId) -> BTreeMap<u64, Command> {
         .iter()
         .filter_map(|e| match e {
             Event::Applied { index, command, .. } => Some((*index, command.clone())),
-            Event::Restored { .. } => None,
+            Event::Restored { .. } | Event::VotersChanged { .. } => None,
         })
         .collect()
 }
