@@ -7,7 +7,7 @@
 //! - a closed segment is never cut: the damaged batch is refused with `CorruptData` carrying
 //!   its offsets, the batches around it are served, nothing is moved or deleted;
 //! - the active segment after a crash is scanned and cut at the first bad batch (the torn
-//!   tail rule of DESIGN.md), and what was cut is logged;
+//!   tail rule of docs/STORAGE.md, "Recovery"), and what was cut is logged;
 //! - an index whose entries no longer chain is scanned, and the segments after the cut are
 //!   quarantined.
 

@@ -10,7 +10,7 @@
 //!   - `opened`, the base of the active segment as of the last open. Every segment below it
 //!     was sealed (synced, index trimmed) before that open; every segment at or above it
 //!     may have been written since. Without the marker, exactly those segments are checked
-//!     ("every segment written since the last clean shutdown", DESIGN.md).
+//!     (recovery checks every segment written since the last clean shutdown, docs/STORAGE.md).
 //!   - `sealed`: every segment below it is sealed *and durable*. A roll seals the old
 //!     segment off the path of new batches (`storage::log::seal`) and moves `sealed` up
 //!     once the seal's fdatasyncs are done. A closed segment at or above it may have lost
