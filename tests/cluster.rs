@@ -103,8 +103,10 @@ fn a_cluster_nodes_data_directory_refuses_another_node_id() {
             .is_file()
     );
 
-    // Node 2's directory started as node 1 (with node 1's cluster flags).
-    let listen = format!("127.0.0.1:{}", cluster.cluster_ports[0]);
+    // Node 2's directory started as node 1 (with node 1's cluster flags, but on a free
+    // cluster port: node 1's own is in use, which is refused before the data directory is
+    // looked at).
+    let listen = format!("127.0.0.1:{}", common::cluster::free_port());
     let out = Command::new(env!("CARGO_BIN_EXE_pagurus"))
         .arg("serve")
         .arg("--data-dir")

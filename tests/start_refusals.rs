@@ -1,24 +1,48 @@
 //! Starts that cannot work fail at once with one clear line: a second broker on a port or
-//! a data directory in use, more cores than CPUs, a locked-memory limit glommio cannot run
+//! a data directory in use, a cluster port in use, more cores than CPUs, a locked-memory limit glommio cannot run
 //! under, cluster flags that do not go together.
 
 mod common;
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use common::Broker;
 
+/// Starts `serve` and returns its stderr once it exits, which it must, unsuccessfully,
+/// within 30 s (a start that goes on serving is killed and fails the test).
 fn serve(data: &std::path::Path, listen: &str, extra: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_pagurus"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
         .args(["serve", "--data-dir"])
         .arg(data)
         .args(["--listen", listen, "--cores", "1"])
         .args(extra)
         .env_remove("PAGURUS_CORES")
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "second start succeeded: {stderr}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the second start was still running after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "second start succeeded: {stderr}");
     stderr
 }
 
@@ -50,6 +74,32 @@ fn a_second_broker_on_a_port_or_a_data_dir_is_refused() {
     );
     // The first broker still serves.
     broker.client().metadata(&[]).unwrap();
+}
+
+/// The cluster transport binds `--cluster-listen` with SO_REUSEPORT too: a second node
+/// given a running node's cluster port is refused at start, not left to share it.
+#[test]
+fn a_second_node_on_a_cluster_port_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = format!("127.0.0.1:{}", common::free_ports(0));
+    let peers = format!("1={cluster}");
+    let flags = [
+        "--node-id",
+        "1",
+        "--cluster-listen",
+        cluster.as_str(),
+        "--cluster-peers",
+        peers.as_str(),
+    ];
+    let node = Broker::start_in(&dir.path().join("data"), 1, &flags);
+    let listen = format!("127.0.0.1:{}", common::free_ports(2));
+    let stderr = serve(&dir.path().join("other"), &listen, &flags);
+    assert!(
+        stderr.contains(&format!("cannot listen on {cluster}: address in use")),
+        "{stderr}"
+    );
+    // The first node still serves.
+    node.client().metadata(&[]).unwrap();
 }
 
 #[test]

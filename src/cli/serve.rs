@@ -273,10 +273,12 @@ fn check_memlock(cores: usize) -> Result<(), String> {
     Ok(())
 }
 
-/// Every core binds the listen address (and its shard port) with SO_REUSEPORT, so a second
-/// broker on the same port would silently share it. A connection to each address tells
-/// whether some process listens there already. (A plain bind would also fail on the
-/// connections a killed broker left closing on its port, and refuse a restart.)
+/// Every core binds the listen address (and its shard port) with SO_REUSEPORT, and so does
+/// the cluster transport its `--cluster-listen`, so a second broker on the same port would
+/// silently share it (a second node on a cluster port would take half the peers'
+/// connections). A connection to each address tells whether some process listens there
+/// already. (A plain bind would also fail on the connections a killed broker left closing
+/// on its port, and refuse a restart.)
 fn probe_ports(config: &BrokerConfig, cores: usize) -> Result<(), String> {
     let mut addrs = vec![config.listen];
     addrs.extend((0..cores).filter_map(|core| {
@@ -284,6 +286,7 @@ fn probe_ports(config: &BrokerConfig, cores: usize) -> Result<(), String> {
         addr.set_port(config.shard_port(core)?);
         Some(addr)
     }));
+    addrs.extend(config.cluster.as_ref().map(|cluster| cluster.listen));
     for addr in addrs {
         if addr.port() == 0 {
             continue;
