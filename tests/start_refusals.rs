@@ -4,9 +4,8 @@
 
 mod common;
 
-use std::io::Read;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::Broker;
 
@@ -23,25 +22,8 @@ fn serve(data: &std::path::Path, listen: &str, extra: &[&str]) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the second start was still running after 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let (status, stderr) = common::exit_and_stderr(&mut child, Duration::from_secs(30))
+        .expect("the second start was still running after 30 s");
     assert!(!status.success(), "second start succeeded: {stderr}");
     stderr
 }

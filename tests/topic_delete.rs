@@ -34,24 +34,8 @@ fn pagurus(broker: &Broker, args: &[&str]) -> Child {
 
 /// Waits up to `limit` for `child` to exit; its exit success and stderr.
 fn exited_within(child: &mut Child, limit: Duration) -> (bool, String) {
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still running {limit:?} after the delete"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let mut stderr = String::new();
-    child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
+    let (status, stderr) = common::exit_and_stderr(child, limit)
+        .unwrap_or_else(|| panic!("still running {limit:?} after the delete"));
     (status.success(), stderr)
 }
 

@@ -9,6 +9,27 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use crate::protocol::native::{ErrorCode, MetadataResponse};
 
 mod routed;
+
+/// The address of a group's coordinator from a FindCoordinator answer: `asked` when the node
+/// asked is the coordinator, else the host and port it named (an address, or a name the
+/// cluster was configured with, resolved here).
+pub(crate) fn coordinator_addr(
+    found: &crate::protocol::native::CoordinatorResponse,
+    asked: SocketAddr,
+) -> Result<SocketAddr, crate::client::ClientError> {
+    use crate::client::ClientError;
+    if found.here {
+        return Ok(asked);
+    }
+    (found.host.as_str(), found.port)
+        .to_socket_addrs()
+        .map_err(ClientError::Io)?
+        .next()
+        .ok_or_else(|| {
+            let host = &found.host;
+            ClientError::Protocol(format!("the coordinator's host {host} has no address"))
+        })
+}
 pub use routed::{Connect, NOT_HERE_RETRIES, Routed};
 
 /// What a client learned from metadata about one topic.

@@ -308,3 +308,26 @@ impl Drop for Broker {
         }
     }
 }
+
+/// Waits up to `timeout` for `child` to exit; its status and its stderr (which must be
+/// piped). `None` when it is still running then: it is killed.
+pub fn exit_and_stderr(child: &mut Child, timeout: Duration) -> Option<(ExitStatus, String)> {
+    use std::io::Read;
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    if let Some(mut pipe) = child.stderr.take() {
+        pipe.read_to_string(&mut stderr).unwrap();
+    }
+    Some((status, stderr))
+}

@@ -7,7 +7,7 @@
 //! [`NOT_HERE_RETRIES`] times in a row. A broker alone never answers `NotHere`, so there
 //! nothing changes.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::client::ClientError;
@@ -124,17 +124,6 @@ impl Nodes {
         let reply = within(self.timeout, self.bootstrap.call(&asked)).await?;
         let found = native::decode_coordinator_response(reply.body()?)
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
-        if found.here {
-            return Ok(self.bootstrap.peer());
-        }
-        // The host is an address or a name the cluster was configured with.
-        (found.host.as_str(), found.port)
-            .to_socket_addrs()
-            .map_err(ClientError::Io)?
-            .next()
-            .ok_or_else(|| {
-                let host = &found.host;
-                ClientError::Protocol(format!("the coordinator's host {host} has no address"))
-            })
+        crate::client::routing::coordinator_addr(&found, self.bootstrap.peer())
     }
 }

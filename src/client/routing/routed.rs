@@ -8,7 +8,7 @@
 //! A group's calls go to its coordinator's node the same way: to the bootstrap
 //! connection until a `NotHere` answer, then to the node FindCoordinator names.
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 
 use super::Routes;
 use crate::client::ClientError;
@@ -161,17 +161,7 @@ impl Routed {
     fn find_coordinator(&mut self, group: &str) -> Result<SocketAddr, ClientError> {
         let bootstrap = self.routes.bootstrap();
         let found = (self.connect)(bootstrap)?.find_coordinator(group)?;
-        if found.here {
-            return Ok(bootstrap);
-        }
-        (found.host.as_str(), found.port)
-            .to_socket_addrs()
-            .map_err(ClientError::Io)?
-            .next()
-            .ok_or_else(|| {
-                let host = &found.host;
-                ClientError::Protocol(format!("the coordinator's host {host} has no address"))
-            })
+        super::coordinator_addr(&found, bootstrap)
     }
 
     /// Runs `call` on the connection to the partition's owner; answered `NotHere`, it
