@@ -2,6 +2,8 @@
 //! the committed log, in log order, so every node holds the same copy.
 //!
 //! - nodes: id, client and cluster addresses, cores, liveness;
+//! - members added at run time (`pagurus cluster add-node`): id and cluster address, kept
+//!   from before the node first registers until it is removed;
 //! - topics: name, replication factor, settings (a string map), partitions;
 //! - placement: each partition's replicas as (node, core), the first the preferred leader,
 //!   and a leader hint (where the partition's leader was last seen).
@@ -101,6 +103,19 @@ pub enum Command {
         partition: u32,
         leader: Replica,
     },
+    /// Records a member's cluster address before it is made a voter: the node cannot
+    /// register itself until it is one (it knows no leader), but its peers must reach it
+    /// to make it one. Again for a member updates its address.
+    AddMember {
+        id: NodeId,
+        cluster_addr: String,
+    },
+    /// Forgets a member removed from the voters, and its registration: placement and
+    /// group coordinators leave it. Refused while partitions are placed on it (their only
+    /// copy is there: moving partitions is not built).
+    RemoveMember {
+        id: NodeId,
+    },
 }
 
 /// Why a command changed nothing. Every node reaches the same refusal.
@@ -134,6 +149,14 @@ pub enum CommandError {
     TooManySettings { count: usize },
     #[error("the cluster holds {TOPICS_MAX} topics, its limit")]
     TooManyTopics,
+    #[error(
+        "{node} holds {partitions} partition(s), of topic {example} and maybe others: their only copy is there, so delete those topics first (moving partitions is not built)"
+    )]
+    NodeHoldsPartitions {
+        node: NodeId,
+        partitions: usize,
+        example: String,
+    },
     #[error("{leader} is not a replica of {topic} partition {partition}")]
     NotAReplica {
         topic: String,
@@ -147,6 +170,8 @@ pub enum CommandError {
 pub struct ClusterState {
     nodes: BTreeMap<NodeId, NodeInfo>,
     topics: BTreeMap<String, TopicInfo>,
+    /// Members added at run time, by id: their cluster address.
+    members: BTreeMap<NodeId, String>,
 }
 
 impl ClusterState {
@@ -156,6 +181,37 @@ impl ClusterState {
 
     pub fn node(&self, id: NodeId) -> Option<&NodeInfo> {
         self.nodes.get(&id)
+    }
+
+    /// Members added at run time, with their cluster address.
+    pub fn members(&self) -> impl Iterator<Item = (NodeId, &str)> {
+        self.members.iter().map(|(id, addr)| (*id, addr.as_str()))
+    }
+
+    /// Where peers reach `id`: the address it was added with, else the one it registered.
+    pub fn cluster_addr(&self, id: NodeId) -> Option<&str> {
+        self.members
+            .get(&id)
+            .map(String::as_str)
+            .or_else(|| self.nodes.get(&id).map(|n| n.cluster_addr.as_str()))
+    }
+
+    /// Partitions placed on `node` (any replica), and one topic holding them.
+    pub fn partitions_on(&self, node: NodeId) -> (usize, Option<&str>) {
+        let mut count = 0;
+        let mut example = None;
+        for topic in self.topics.values() {
+            let on = topic
+                .partitions
+                .iter()
+                .filter(|p| p.replicas.iter().any(|r| r.node == node))
+                .count();
+            if on > 0 {
+                count += on;
+                example.get_or_insert(topic.name.as_str());
+            }
+        }
+        (count, example)
     }
 
     pub fn topics(&self) -> impl Iterator<Item = &TopicInfo> {
@@ -216,6 +272,13 @@ impl ClusterState {
             } => {
                 let topic = self.topics.get_mut(&topic).expect("checked");
                 topic.partitions[partition as usize].leader_hint = Some(leader);
+            }
+            Command::AddMember { id, cluster_addr } => {
+                self.members.insert(id, cluster_addr);
+            }
+            Command::RemoveMember { id } => {
+                self.members.remove(&id);
+                self.nodes.remove(&id);
             }
         }
         Ok(())
@@ -290,6 +353,27 @@ impl ClusterState {
                 }
                 Ok(())
             }
+            Command::AddMember { id, cluster_addr } => {
+                if !id.is_member() {
+                    return Err(CommandError::InvalidNodeId { node: id.0 });
+                }
+                check_len("cluster address", cluster_addr, ADDRESS_LEN_MAX)
+            }
+            Command::RemoveMember { id } => self.check_remove_member(*id),
+        }
+    }
+
+    fn check_remove_member(&self, id: NodeId) -> Result<(), CommandError> {
+        if !self.members.contains_key(&id) && !self.nodes.contains_key(&id) {
+            return Err(CommandError::UnknownNode { node: id });
+        }
+        match self.partitions_on(id) {
+            (0, _) => Ok(()),
+            (partitions, example) => Err(CommandError::NodeHoldsPartitions {
+                node: id,
+                partitions,
+                example: example.unwrap_or_default().to_string(),
+            }),
         }
     }
 

@@ -12,13 +12,16 @@
 //! | 4   | DeleteTopic      | name |
 //! | 5   | SetTopicSettings | name, settings |
 //! | 6   | SetLeaderHint    | topic, partition (u32), node (u16), core (u16) |
+//! | 7   | AddMember        | id (u16), cluster address (string) (version 2) |
+//! | 8   | RemoveMember     | id (u16) (version 2) |
 //!
 //! Settings: a count (u16), then each key and value (strings), in key order.
 //!
 //! A snapshot: format version (u8), node count (u32) and nodes (id, client address,
 //! cluster address, cores, live), topic count (u32) and topics (name, replication factor,
 //! settings, partition count (u32), then per partition a replica count (u16), replicas
-//! (node u16, core u16) and a leader hint (u8 0 or 1, then node and core when 1)).
+//! (node u16, core u16) and a leader hint (u8 0 or 1, then node and core when 1)), then
+//! (version 2) member count (u32) and members (id, cluster address).
 //!
 //! A later version keeps decoding every earlier one: entries written before an upgrade
 //! stay in the log.
@@ -29,8 +32,9 @@ use super::{ClusterState, Command, NodeInfo, PartitionInfo, Replica, TopicInfo};
 use crate::cluster::NodeId;
 use crate::protocol::wire::{Malformed, Put, Reader};
 
-/// The format this build writes.
-pub const FORMAT_VERSION: u8 = 1;
+/// The format this build writes. Version 2 added the members (tags 7 and 8 and the
+/// snapshot's member list); version 1 bytes decode as before, with no members.
+pub const FORMAT_VERSION: u8 = 2;
 
 /// Why bytes are not a command or a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,13 +107,22 @@ impl Command {
                 out.put_u32(*partition);
                 put_replica(&mut out, *leader);
             }
+            Command::AddMember { id, cluster_addr } => {
+                out.put_u8(7);
+                out.put_u16(id.0);
+                out.put_string(cluster_addr.as_bytes());
+            }
+            Command::RemoveMember { id } => {
+                out.put_u8(8);
+                out.put_u16(id.0);
+            }
         }
         out
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Command, DecodeError> {
         let mut r = Reader::new(bytes);
-        version(&mut r)?;
+        let format = version(&mut r)?;
         let command = match r.u8("command tag")? {
             1 => Command::RegisterNode {
                 id: NodeId(r.u16("node id")?),
@@ -138,6 +151,13 @@ impl Command {
                 topic: string(&mut r, "topic name")?,
                 partition: r.u32("partition")?,
                 leader: replica(&mut r)?,
+            },
+            7 if format >= 2 => Command::AddMember {
+                id: NodeId(r.u16("node id")?),
+                cluster_addr: string(&mut r, "cluster address")?,
+            },
+            8 if format >= 2 => Command::RemoveMember {
+                id: NodeId(r.u16("node id")?),
             },
             tag => return Err(DecodeError::UnknownCommand { tag }),
         };
@@ -178,12 +198,17 @@ impl ClusterState {
                 }
             }
         }
+        out.put_u32(self.members.len() as u32);
+        for (id, addr) in &self.members {
+            out.put_u16(id.0);
+            out.put_string(addr.as_bytes());
+        }
         out
     }
 
     pub fn decode_snapshot(bytes: &[u8]) -> Result<ClusterState, DecodeError> {
         let mut r = Reader::new(bytes);
-        version(&mut r)?;
+        let format = version(&mut r)?;
         let mut state = ClusterState::default();
         // A node takes at least 2 + 2 + 2 + 2 + 1 bytes, a topic 2 + 2 + 2 + 4.
         for _ in 0..count(&mut r, 9, "node count")? {
@@ -199,6 +224,14 @@ impl ClusterState {
         for _ in 0..count(&mut r, 10, "topic count")? {
             let topic = topic(&mut r)?;
             state.topics.insert(topic.name.clone(), topic);
+        }
+        if format >= 2 {
+            // A member takes at least an id and a string length.
+            for _ in 0..count(&mut r, 4, "member count")? {
+                let id = NodeId(r.u16("member id")?);
+                let addr = string(&mut r, "member address")?;
+                state.members.insert(id, addr);
+            }
         }
         r.finish("snapshot (trailing bytes)")?;
         Ok(state)
@@ -238,9 +271,10 @@ fn topic(r: &mut Reader<'_>) -> Result<TopicInfo, DecodeError> {
     })
 }
 
-fn version(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+/// The format version of the bytes: any this build decodes.
+fn version(r: &mut Reader<'_>) -> Result<u8, DecodeError> {
     match r.u8("format version")? {
-        FORMAT_VERSION => Ok(()),
+        version @ 1..=FORMAT_VERSION => Ok(version),
         version => Err(DecodeError::UnknownVersion { version }),
     }
 }

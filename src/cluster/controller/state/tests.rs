@@ -262,10 +262,19 @@ fn limits_match_the_shards() {
 #[test]
 fn an_unknown_version_or_tag_is_refused() {
     let mut bytes = Command::DeleteTopic { name: "t".into() }.encode();
-    bytes[0] = 2;
+    bytes[0] = FORMAT_VERSION + 1;
     assert_eq!(
         Command::decode(&bytes),
-        Err(DecodeError::UnknownVersion { version: 2 })
+        Err(DecodeError::UnknownVersion {
+            version: FORMAT_VERSION + 1
+        })
+    );
+    // The member commands came with version 2: in version 1 bytes their tags are unknown.
+    let mut bytes = Command::RemoveMember { id: NodeId(4) }.encode();
+    bytes[0] = 1;
+    assert_eq!(
+        Command::decode(&bytes),
+        Err(DecodeError::UnknownCommand { tag: 8 })
     );
     bytes[0] = FORMAT_VERSION;
     bytes[1] = 99;
@@ -273,6 +282,77 @@ fn an_unknown_version_or_tag_is_refused() {
         Command::decode(&bytes),
         Err(DecodeError::UnknownCommand { tag: 99 })
     );
+}
+
+#[test]
+fn a_member_is_known_by_its_address_until_removed_with_its_registration() {
+    let mut state = nodes(3, 2);
+    let add = Command::AddMember {
+        id: NodeId(4),
+        cluster_addr: "10.0.0.4:7000".into(),
+    };
+    state.apply(add).unwrap();
+    assert_eq!(state.cluster_addr(NodeId(4)), Some("10.0.0.4:7000"));
+    assert!(state.node(NodeId(4)).is_none(), "not registered yet");
+    assert_eq!(state.cluster_addr(NodeId(2)), Some("10.0.0.2:9093"));
+    state.apply(register(4, 2)).unwrap();
+    // The address it was added with stays the one peers use.
+    assert_eq!(state.cluster_addr(NodeId(4)), Some("10.0.0.4:7000"));
+    state.apply(Command::RemoveMember { id: NodeId(4) }).unwrap();
+    assert!(state.node(NodeId(4)).is_none());
+    assert_eq!(state.cluster_addr(NodeId(4)), None);
+    assert_eq!(state.members().count(), 0);
+    assert_eq!(
+        state.apply(Command::RemoveMember { id: NodeId(4) }),
+        Err(CommandError::UnknownNode { node: NodeId(4) })
+    );
+    assert_eq!(
+        state.apply(Command::AddMember {
+            id: NodeId(0),
+            cluster_addr: "h:1".into()
+        }),
+        Err(CommandError::InvalidNodeId { node: 0 })
+    );
+}
+
+#[test]
+fn a_node_holding_partitions_is_not_removed() {
+    let mut state = nodes(3, 1);
+    state.apply(create("orders", 3, 1)).unwrap();
+    let err = state
+        .apply(Command::RemoveMember { id: NodeId(2) })
+        .unwrap_err();
+    assert_eq!(
+        err,
+        CommandError::NodeHoldsPartitions {
+            node: NodeId(2),
+            partitions: 1,
+            example: "orders".into()
+        }
+    );
+    assert!(err.to_string().contains("delete those topics first"), "{err}");
+    assert!(state.node(NodeId(2)).is_some(), "a refusal changes nothing");
+    state
+        .apply(Command::DeleteTopic {
+            name: "orders".into(),
+        })
+        .unwrap();
+    state.apply(Command::RemoveMember { id: NodeId(2) }).unwrap();
+    state.apply(create("later", 4, 1)).unwrap();
+    let on_two = state.partitions_on(NodeId(2)).0;
+    assert_eq!(on_two, 0, "new topics are placed on the remaining nodes");
+}
+
+#[test]
+fn a_version_1_snapshot_decodes_with_no_members() {
+    let mut state = nodes(2, 1);
+    state.apply(create("t", 2, 1)).unwrap();
+    let mut bytes = state.encode_snapshot();
+    // Version 1 is version 2 without the member list (an empty one is a zero count).
+    assert_eq!(bytes[bytes.len() - 4..], [0, 0, 0, 0]);
+    bytes.truncate(bytes.len() - 4);
+    bytes[0] = 1;
+    assert_eq!(ClusterState::decode_snapshot(&bytes), Ok(state));
 }
 
 fn name() -> impl Strategy<Value = String> {
@@ -302,6 +382,11 @@ fn command() -> impl Strategy<Value = Command> {
         name().prop_map(|name| Command::DeleteTopic { name }),
         (name(), settings())
             .prop_map(|(name, settings)| Command::SetTopicSettings { name, settings }),
+        (node.clone(), 0u16..4).prop_map(|(n, port)| Command::AddMember {
+            id: NodeId(n),
+            cluster_addr: format!("10.1.0.{n}:{}", 7000 + port),
+        }),
+        node.clone().prop_map(|n| Command::RemoveMember { id: NodeId(n) }),
         (name(), 0u32..20, node, 0u16..4).prop_map(|(topic, partition, n, core)| {
             Command::SetLeaderHint {
                 topic,
