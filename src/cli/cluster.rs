@@ -1,4 +1,5 @@
-//! `pagurus cluster status`: what the node asked knows of its cluster.
+//! `pagurus cluster status`: what the node asked knows of its cluster; `add-node` and
+//! `remove-node`: its members, changed through the controller.
 
 use clap::{Args, Subcommand};
 use serde_json::json;
@@ -25,11 +26,58 @@ pub enum ClusterCommand {
         #[arg(long, value_enum, default_value = "text")]
         output: Output,
     },
+    /// Add a node to the cluster's controller voters: ID=HOST:PORT, the new node's id and
+    /// its --cluster-listen address as its peers reach it. Prints the cluster id; start
+    /// the new node with --cluster-join and that id (docs/CLUSTER.md, "Adding and
+    /// removing nodes").
+    AddNode {
+        /// ID=HOST:PORT
+        #[arg(value_name = "ID=HOST:PORT")]
+        member: String,
+    },
+    /// Remove a node from the cluster: out of the controller's voters, then forgotten.
+    /// Refused while partitions are placed on it; ask another node than the one removed.
+    RemoveNode {
+        #[arg(value_name = "ID")]
+        node: u16,
+    },
 }
 
+/// Up to two controller proposals of at most 10 s each, and the leadership moving when
+/// the leader is removed.
+const MEMBER_CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 pub fn run(args: ClusterArgs) -> Result<(), String> {
-    let mut client = args.target.connect(std::time::Duration::ZERO)?;
+    let extra = match args.command {
+        ClusterCommand::Status { .. } => std::time::Duration::ZERO,
+        _ => MEMBER_CHANGE_WAIT,
+    };
+    let mut client = args.target.connect(extra)?;
     match args.command {
+        ClusterCommand::AddNode { member } => {
+            let peer = crate::cluster::config::parse_peers(&member).map_err(|e| e.to_string())?;
+            let [peer] = peer.as_slice() else {
+                return Err(format!("{member:?}: one node, as ID=HOST:PORT"));
+            };
+            let addr = peer.addr.to_host_port();
+            let changed = client
+                .change_member(peer.node.0, Some(&addr))
+                .map_err(|e| describe(&e))?;
+            let id = crate::cluster::ClusterId(changed.cluster_id);
+            print_out(&format!(
+                "node {} added at {addr}; voters: {}\nstart it with: --node-id {} --cluster-listen {addr} --cluster-join {id} (and --cluster-peers naming every member)\n",
+                peer.node.0,
+                list(&changed.voters),
+                peer.node.0,
+            ))
+        }
+        ClusterCommand::RemoveNode { node } => {
+            let changed = client.change_member(node, None).map_err(|e| describe(&e))?;
+            print_out(&format!(
+                "node {node} removed; voters: {}\n",
+                list(&changed.voters)
+            ))
+        }
         ClusterCommand::Status { output } => {
             let status = client.cluster_status().map_err(|e| describe(&e))?;
             match output {
@@ -38,6 +86,11 @@ pub fn run(args: ClusterArgs) -> Result<(), String> {
             }
         }
     }
+}
+
+fn list(ids: &[u16]) -> String {
+    let ids: Vec<String> = ids.iter().map(u16::to_string).collect();
+    ids.join(", ")
 }
 
 fn role_name(code: u8) -> String {
@@ -51,11 +104,12 @@ fn text(status: &ClusterStatusResponse) -> String {
         (_, id) => format!("node {id}"),
     };
     let mut out = format!(
-        "node {} ({}); controller leader: {leader}; term {}; applied {}\n",
+        "node {} ({}); controller leader: {leader}; term {}; applied {}; voters: {}\n",
         status.node,
         role_name(status.role),
         status.term,
-        status.applied
+        status.applied,
+        list(&status.voters)
     );
     let rows: Vec<Vec<String>> = status
         .nodes
@@ -92,6 +146,7 @@ fn to_json(status: &ClusterStatusResponse) -> serde_json::Value {
         "leader": (status.leader != 0).then_some(status.leader),
         "term": status.term,
         "applied": status.applied,
+        "voters": status.voters,
         "nodes": status.nodes.iter().map(|n| json!({
             "id": n.id,
             "client_addr": n.client_addr,

@@ -94,6 +94,11 @@ pub struct ServeArgs {
     /// host of --listen. Needs the cluster flags.
     #[arg(long, env = "PAGURUS_ADVERTISED_HOST", value_name = "HOST", value_parser = parse_advertised_host)]
     pub advertised_host: Option<String>,
+    /// Join a running cluster as a new member: its cluster id, as `pagurus cluster
+    /// add-node` prints it (run that first, on any node). The node starts from the
+    /// controller leader's snapshot; --cluster-peers lists the members and this node.
+    #[arg(long, env = "PAGURUS_CLUSTER_JOIN", value_name = "CLUSTER_ID")]
+    pub cluster_join: Option<crate::cluster::ClusterId>,
     #[command(flatten)]
     pub security: super::serve_security::SecurityArgs,
 }
@@ -204,6 +209,7 @@ impl ServeArgs {
             listen: self.cluster_listen,
             peers: self.cluster_peers.clone().map(|p| p.0),
             advertised_host: self.advertised_host.clone(),
+            join: self.cluster_join,
         })
         .map_err(|e| e.to_string())?;
         if let Some(cluster) = &cluster {

@@ -451,6 +451,23 @@ impl Client {
         self.reply().cluster_status()
     }
 
+    /// Adds `node` to the cluster's voters at `cluster_addr` (`Some`) or removes it
+    /// (`None`); the cluster id and the voters once applied on the node asked. Each step
+    /// is a controller proposal of up to 10 s: give the client a read timeout to match.
+    pub fn change_member(
+        &mut self,
+        node: u16,
+        cluster_addr: Option<&str>,
+    ) -> Result<native::MemberChangeResponse, ClientError> {
+        self.call(&Request::ChangeMember {
+            add: cluster_addr.is_some(),
+            node,
+            cluster_addr: cluster_addr.unwrap_or("").as_bytes(),
+        })?;
+        native::decode_member_change_response(self.body())
+            .map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
     /// Where `group`'s coordinator is: the node whose group and offset calls it takes
     /// (on a broker alone, always the one asked).
     pub fn find_coordinator(

@@ -23,6 +23,11 @@ pub struct PeerAddr {
 }
 
 impl PeerAddr {
+    /// `HOST:PORT` or `[IPV6]:PORT`, as in `--cluster-peers`; the reason when it is not.
+    pub fn parse(s: &str) -> Result<PeerAddr, &'static str> {
+        parse_host_port(s.trim())
+    }
+
     /// `HOST:PORT`, an IPv6 host in brackets (`[::1]:9000`), as `ToSocketAddrs` takes it.
     pub fn to_host_port(&self) -> String {
         if self.host.contains(':') {
@@ -58,6 +63,9 @@ pub struct ClusterConfig {
     /// `--advertised-host`: the host clients are told to reach this node at; `None` keeps
     /// the one of `--listen`.
     pub advertised_host: Option<String>,
+    /// `--cluster-join`: the id of the running cluster this node joins (added with
+    /// `pagurus cluster add-node`); `None` forms or restarts a cluster from the flags.
+    pub join: Option<crate::cluster::ClusterId>,
 }
 
 impl ClusterConfig {
@@ -218,6 +226,7 @@ pub struct ClusterFlags {
     pub listen: Option<SocketAddr>,
     pub peers: Option<Vec<Peer>>,
     pub advertised_host: Option<String>,
+    pub join: Option<crate::cluster::ClusterId>,
 }
 
 impl ClusterConfig {
@@ -229,16 +238,19 @@ impl ClusterConfig {
             listen,
             peers,
             advertised_host,
+            join,
         } = flags;
         let (listen, peers) = match (listen, peers) {
             (None, None) => {
-                return match advertised_host {
-                    Some(_) => Err(ClusterConfigError::FlagRequired {
-                        given: "--advertised-host",
-                        missing: "--cluster-listen and --cluster-peers",
-                    }),
-                    None => Ok(None),
+                let given = match (&advertised_host, &join) {
+                    (Some(_), _) => "--advertised-host",
+                    (None, Some(_)) => "--cluster-join",
+                    (None, None) => return Ok(None),
                 };
+                return Err(ClusterConfigError::FlagRequired {
+                    given,
+                    missing: "--cluster-listen and --cluster-peers",
+                });
             }
             (Some(_), None) => {
                 return Err(ClusterConfigError::FlagRequired {
@@ -274,6 +286,7 @@ impl ClusterConfig {
             listen,
             peers,
             advertised_host,
+            join,
         }))
     }
 

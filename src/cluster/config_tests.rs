@@ -7,6 +7,7 @@ fn flags(node_id: Option<u32>, listen: Option<&str>, peers: Option<&str>) -> Clu
         listen: listen.map(|l| l.parse().unwrap()),
         peers: peers.map(|p| parse_peers(p).unwrap()),
         advertised_host: None,
+        join: None,
     }
 }
 
@@ -139,6 +140,17 @@ fn cluster_flags_need_each_other_and_a_node_id() {
         err(advertised),
         ClusterConfigError::FlagRequired {
             given: "--advertised-host",
+            ..
+        }
+    ));
+    let join = ClusterFlags {
+        join: Some(crate::cluster::ClusterId([7; 16])),
+        ..flags(Some(4), None, None)
+    };
+    assert!(matches!(
+        err(join),
+        ClusterConfigError::FlagRequired {
+            given: "--cluster-join",
             ..
         }
     ));

@@ -6,6 +6,10 @@
 //! agree; a node given another list (another member, host or port) gets another id and
 //! its hellos are refused, which shows a wrong list at once instead of as a cluster that
 //! never elects.
+//!
+//! A node added to a running cluster (`pagurus cluster add-node`) is started with
+//! `--cluster-join ID`, the id `add-node` printed: it keeps that id instead of deriving
+//! one from its own `--cluster-peers` (which name it, so they would give another id).
 
 use std::path::{Path, PathBuf};
 
@@ -28,6 +32,10 @@ pub enum ClusterIdError {
     Io { path: String, reason: String },
     #[error("{path} is damaged ({what}); restore it or remove the node's cluster/ directory")]
     Damaged { path: String, what: &'static str },
+    #[error(
+        "--cluster-join {given}: this data directory belongs to cluster {kept}; give the joining node an empty data directory"
+    )]
+    JoinMismatch { kept: ClusterId, given: ClusterId },
 }
 
 /// `<data-dir>/cluster/`: the controller's files and the cluster id.
@@ -54,11 +62,13 @@ pub fn derive(peers: &[Peer]) -> ClusterId {
     ClusterId(id)
 }
 
-/// The kept id, or (first start) the one `peers` derive, made durable before it is used.
-/// The second value says whether it was just made.
+/// The kept id, or (first start) `join` or else the one `peers` derive, made durable
+/// before it is used. The second value says whether it was just made. A kept id other
+/// than `join` is refused.
 pub fn load_or_create(
     data_dir: &Path,
     peers: &[Peer],
+    join: Option<ClusterId>,
 ) -> Result<(ClusterId, bool), ClusterIdError> {
     let dir = cluster_dir(data_dir);
     let path = dir.join(CLUSTER_ID_FILE);
@@ -76,14 +86,17 @@ pub fn load_or_create(
         }
         Ok(_) => {
             let bytes = std::fs::read(&path).map_err(|e| io(&e))?;
-            return decode(&bytes)
-                .map(|id| (id, false))
-                .map_err(|what| ClusterIdError::Damaged { path: shown, what });
+            let kept =
+                decode(&bytes).map_err(|what| ClusterIdError::Damaged { path: shown, what })?;
+            return match join {
+                Some(given) if given != kept => Err(ClusterIdError::JoinMismatch { kept, given }),
+                _ => Ok((kept, false)),
+            };
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io(&e)),
     }
-    let id = derive(peers);
+    let id = join.unwrap_or_else(|| derive(peers));
     create_dir_durable(&dir).map_err(|e| io(&e))?;
     write_file_durable(&dir, CLUSTER_ID_FILE, &encode(id)).map_err(|e| io(&e))?;
     Ok((id, true))
@@ -137,10 +150,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let first = parse_peers("1=h1:9000,2=h2:9000").unwrap();
         let moved = parse_peers("1=h1:9000,2=elsewhere:9000").unwrap();
-        let (id, made) = load_or_create(dir.path(), &first).unwrap();
+        let (id, made) = load_or_create(dir.path(), &first, None).unwrap();
         assert!(made);
         assert_eq!(id, derive(&first));
-        let (again, made) = load_or_create(dir.path(), &moved).unwrap();
+        let (again, made) = load_or_create(dir.path(), &moved, None).unwrap();
         assert!(!made);
         assert_eq!(again, id);
     }
@@ -149,12 +162,31 @@ mod tests {
     fn a_damaged_id_file_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let peers = parse_peers("1=h1:9000,2=h2:9000").unwrap();
-        load_or_create(dir.path(), &peers).unwrap();
+        load_or_create(dir.path(), &peers, None).unwrap();
         let path = cluster_dir(dir.path()).join(CLUSTER_ID_FILE);
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[7] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        let err = load_or_create(dir.path(), &peers).unwrap_err();
+        let err = load_or_create(dir.path(), &peers, None).unwrap_err();
         assert!(err.to_string().contains("CRC mismatch"), "{err}");
+    }
+
+    #[test]
+    fn a_joining_node_keeps_the_id_it_joins_and_refuses_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let peers = parse_peers("1=h1:9000,2=h2:9000,4=h4:9000").unwrap();
+        let running = derive(&parse_peers("1=h1:9000,2=h2:9000").unwrap());
+        let (id, made) = load_or_create(dir.path(), &peers, Some(running)).unwrap();
+        assert!(made);
+        assert_eq!(id, running, "not the id its own flags derive");
+        let (again, _) = load_or_create(dir.path(), &peers, None).unwrap();
+        assert_eq!(again, running, "kept for the starts without --cluster-join");
+        let other = derive(&peers);
+        let err = load_or_create(dir.path(), &peers, Some(other)).unwrap_err();
+        assert!(
+            matches!(err, ClusterIdError::JoinMismatch { kept, given } if kept == running && given == other),
+            "{err}"
+        );
+        assert!(err.to_string().contains("empty data directory"), "{err}");
     }
 }

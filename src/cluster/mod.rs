@@ -98,6 +98,43 @@ impl fmt::Display for ClusterId {
     }
 }
 
+impl std::str::FromStr for ClusterId {
+    type Err = String;
+
+    /// 32 hex digits, as `Display` writes it (`pagurus cluster add-node` prints it).
+    fn from_str(s: &str) -> Result<ClusterId, String> {
+        let s = s.trim();
+        let bad = || {
+            format!(
+                "cluster id {s:?}: expected 32 hex digits (as `pagurus cluster add-node` prints it)"
+            )
+        };
+        if s.len() != 32 || !s.is_ascii() {
+            return Err(bad());
+        }
+        let mut id = [0u8; 16];
+        for (i, byte) in id.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&s[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(ClusterId(id))
+    }
+}
+
+#[cfg(test)]
+mod cluster_id_tests {
+    use super::ClusterId;
+
+    #[test]
+    fn an_id_reads_back_from_its_hex_and_a_bad_one_is_refused() {
+        let id = ClusterId(*b"\x00\x01\xfe\xffpagurus-ids!");
+        assert_eq!(id.to_string().parse::<ClusterId>(), Ok(id));
+        for bad in ["", "abc", &"g".repeat(32), &"0".repeat(33), &"é".repeat(16)] {
+            let err = bad.parse::<ClusterId>().unwrap_err();
+            assert!(err.contains("32 hex digits"), "{bad:?}: {err}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod replication_factor_tests {
     use super::check_replication_factor;

@@ -13,6 +13,7 @@
 //! core 0 keeps serving clients meanwhile. Ticks and steps touch memory only and stay on
 //! the executor.
 
+mod peers;
 mod propose;
 #[cfg(test)]
 mod tests;
@@ -88,7 +89,7 @@ pub enum NodeError {
     #[error("controller: {0}")]
     Driver(#[from] DriverError),
     #[error(
-        "this data directory belongs to cluster {ours}, but nodes {nodes} of --cluster-peers are in cluster {theirs}: it is another cluster's data directory (or this node formed a cluster with another --cluster-peers); give the node an empty data directory, or start it with its own cluster's flags"
+        "this data directory belongs to cluster {ours}, but nodes {nodes} of --cluster-peers are in cluster {theirs}: it is another cluster's data directory (or this node formed a cluster with another --cluster-peers); give the node an empty data directory, or start it with its own cluster's flags (a node added to a running cluster with `pagurus cluster add-node` starts with --cluster-join and the id that printed)"
     )]
     ForeignCluster {
         ours: ClusterId,
@@ -144,17 +145,25 @@ impl ClusterNode {
     pub async fn start(setup: NodeSetup, view: Arc<ClusterView>) -> Result<ClusterNode, NodeError> {
         let me = setup.cluster.node;
         let voters = setup.cluster.members();
-        let (data_dir, peers, config) = (
+        let (data_dir, peers, config, join) = (
             setup.data_dir.clone(),
             setup.cluster.peers.clone(),
             setup.driver.clone(),
+            setup.cluster.join,
         );
         let opened = glommio::executor()
             .spawn_blocking(move || -> Result<_, NodeError> {
-                let (id, made) = identity::load_or_create(&data_dir, &peers)?;
+                let (id, made) = identity::load_or_create(&data_dir, &peers, join)?;
                 let store =
                     RaftStore::open(&controller_dir(&data_dir)).map_err(DriverError::from)?;
-                let controller = Controller::open(me, &voters, store, config)?;
+                // A node that joined a running cluster (now or at an earlier start, its
+                // id not its flags') never takes its flags as the voters: it waits for
+                // the leader's snapshot (on a store set up before, both open it as is).
+                let controller = if join.is_some() || id != identity::derive(&peers) {
+                    Controller::join(me, store, config)?
+                } else {
+                    Controller::open(me, &voters, store, config)?
+                };
                 Ok((id, made, controller))
             })
             .await;
@@ -234,6 +243,12 @@ struct Driver {
     pending: Vec<TopicChange>,
     /// The applied index the view's topics were built at.
     owners_at: Option<u64>,
+    /// `--cluster-peers`: the addresses of members the controller's state has none for.
+    flag_peers: Vec<crate::cluster::config::Peer>,
+    /// The peers last given to the transport.
+    peers: Vec<crate::cluster::config::Peer>,
+    /// Whether this node saw itself out of the voters (removed), so it says so once.
+    removed: bool,
 }
 
 impl Driver {
@@ -274,6 +289,9 @@ impl Driver {
             changes,
             pending: Vec::new(),
             owners_at: None,
+            flag_peers: setup.cluster.peers.clone(),
+            peers: setup.cluster.peers.clone(),
+            removed: false,
         }
     }
 
@@ -509,7 +527,9 @@ impl Driver {
             self.view.set_owners(owners_of(controller.state()));
             self.view.set_members(members_of(controller.state()));
             self.pending.push(TopicChange::Changed);
+            self.follow_members();
         }
+        let controller = self.controller.as_ref().expect("the controller is here");
         let status = status_of(self.me, controller);
         if status.leader.is_some() && (status.leader, status.term) != self.seen {
             self.seen = (status.leader, status.term);
@@ -527,6 +547,31 @@ impl Driver {
             transport: self.transport.stats(),
             leader_changes: self.leader_changes,
         });
+    }
+}
+
+impl Driver {
+    /// Gives the transport the members the controller's state now has, when they changed;
+    /// says once when this node is no longer one of the voters.
+    fn follow_members(&mut self) {
+        let controller = self.current();
+        let Some(wanted) = peers::wanted(controller, &self.flag_peers) else {
+            return;
+        };
+        let out = !controller.voters().contains(&self.me);
+        if out && !self.removed {
+            warn!(
+                node = self.me.0,
+                "this node is no longer a voter of the controller (removed from the cluster): stop it"
+            );
+        }
+        self.removed = out;
+        if wanted != self.peers {
+            let ids: Vec<u16> = wanted.iter().map(|p| p.node.0).collect();
+            info!(members = ?ids, "cluster members changed");
+            self.transport.set_peers(&wanted);
+            self.peers = wanted;
+        }
     }
 }
 

@@ -79,6 +79,9 @@ pub struct ClusterStatus {
     pub applied: u64,
     /// The registered nodes, by id.
     pub nodes: Vec<NodeStatus>,
+    /// The controller's voters as applied here, by id (empty on a joining node before
+    /// the leader's snapshot reached it).
+    pub voters: Vec<NodeId>,
 }
 
 impl ClusterStatus {
@@ -97,6 +100,7 @@ impl ClusterStatus {
                 cores,
                 live: true,
             }],
+            voters: vec![node],
         }
     }
 }

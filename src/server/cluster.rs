@@ -2,6 +2,7 @@
 //! the view every core reads, the shard's placement table, and the controller on core 0
 //! when `serve` has the cluster flags, with the node's topics following it ([`topics`]).
 
+mod members;
 mod topics;
 
 use std::rc::Rc;
@@ -37,6 +38,7 @@ pub(crate) fn view(config: &BrokerConfig) -> Arc<ClusterView> {
                 leader: None,
                 applied: 0,
                 nodes: Vec::new(),
+                voters: cluster.members(),
             });
             seed_topics(&config.data_dir, &view);
             view
@@ -126,6 +128,11 @@ pub(crate) async fn start(shard: &Rc<Shard>) -> Result<Option<ClusterNode>, Serv
     shard.set_topic_controller(Rc::new(topics::ControllerTopics {
         proposer: node.proposer.clone(),
         shard: Rc::downgrade(shard),
+        members: members::Members {
+            me: cluster.node,
+            cluster_id: node.cluster_id,
+            view: Arc::clone(view),
+        },
     }));
     if let Some(changes) = node.take_changes() {
         glommio::spawn_local(topics::follow(Rc::clone(shard), Arc::clone(view), changes)).detach();

@@ -197,6 +197,12 @@ pub struct AlterTopic {
     pub meta: TopicMeta,
 }
 
+/// To the controller (core 0): change the cluster's members (`shard::members`).
+#[derive(Debug)]
+pub struct ChangeMember {
+    pub change: crate::shard::members::MemberChange,
+}
+
 /// To the controller (core 0): grow a topic to `partitions` partitions.
 #[derive(Debug)]
 pub struct GrowTopic {
@@ -301,6 +307,7 @@ mesh_calls! {
     DeleteTopic -> ();
     AlterTopic -> ();
     GrowTopic -> ();
+    ChangeMember -> crate::shard::members::MemberChanged;
     DeleteRecords -> u64;
     OpenPartitions -> ();
     PublishTopic -> ();

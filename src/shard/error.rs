@@ -95,6 +95,9 @@ pub enum ShardError {
     // Where things are.
     #[error(transparent)]
     NotHere(#[from] NotHere),
+    /// A change of the cluster's members the controller refused (or a broker alone).
+    #[error("{reason}")]
+    MembershipRefused { reason: String },
     #[error("{reason}")]
     ShuttingDown { reason: String },
     #[error("{reason}")]

@@ -33,6 +33,7 @@ pub mod error;
 pub mod groups;
 pub mod handoff;
 pub mod idempotence;
+pub mod members;
 pub mod membership;
 pub mod mesh;
 pub mod offsets;
@@ -128,6 +129,7 @@ pub struct Shard {
 
 /// Where a cluster node's topic changes go instead of being made here at once (the
 /// cluster's controller, set by the server). The node makes them when they are applied.
+/// Changes of the cluster's members go there too.
 pub trait TopicController {
     fn create(
         &self,
@@ -137,6 +139,11 @@ pub trait TopicController {
     fn delete(&self, name: String) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
     /// New settings for an existing topic (`meta` is the topic with them).
     fn alter(&self, meta: TopicMeta) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
+    /// Adds or removes a member; the cluster id and the voters once it is applied here.
+    fn change_member(
+        &self,
+        change: members::MemberChange,
+    ) -> futures_lite::future::BoxedLocal<Result<members::MemberChanged, ShardError>>;
 }
 
 impl Shard {

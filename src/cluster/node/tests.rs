@@ -28,6 +28,7 @@ fn setup(dir: &std::path::Path) -> NodeSetup {
             listen: format!("127.0.0.1:{port}").parse().unwrap(),
             peers: vec![peer],
             advertised_host: None,
+            join: None,
         },
         data_dir: dir.to_path_buf(),
         client_addr: String::from("127.0.0.1:9092"),

@@ -57,6 +57,7 @@ pub(super) fn status_of(me: NodeId, controller: &Controller) -> ClusterStatus {
                 live: n.live,
             })
             .collect(),
+        voters: controller.voters(),
     }
 }
 

@@ -2,10 +2,15 @@
 //!
 //! Response body: `u16 node`, `u8 role`, `u64 term`, `u16 leader` (0: none known),
 //! `u64 applied`, `u32 count`, then `count` × (`u16 id`, `u8 live`, `u16 cores`,
-//! `string client address`, `string cluster address`).
+//! `string client address`, `string cluster address`), `u16 voter count`, then that many
+//! `u16` voter ids.
 //!
 //! FindCoordinator: where a group's coordinator is. Response body: `u16 node`, `u16 core`,
 //! `u8 here` (1: the node asked), `string host`, `u16 port` (that node's client address).
+//!
+//! ChangeMember: the cluster after a change of its members. Response body: `cluster id`
+//! (16 bytes, what a joining node's `--cluster-join` takes), `u16 count`, then `count` ×
+//! `u16` voter id.
 
 use crate::protocol::native::{ErrorCode, begin_response, end_frame};
 use crate::protocol::wire::{Malformed, Put, Reader};
@@ -37,6 +42,8 @@ pub struct ClusterStatusResponse {
     /// The last controller log entry applied on the answering node.
     pub applied: u64,
     pub nodes: Vec<ClusterNodeEntry>,
+    /// The controller's voters as the answering node applied them, by id.
+    pub voters: Vec<u16>,
 }
 
 pub fn encode_cluster_status_response(
@@ -59,6 +66,7 @@ pub fn encode_cluster_status_response(
         out.put_string(node.client_addr.as_bytes());
         out.put_string(node.cluster_addr.as_bytes());
     }
+    put_voters(out, &status.voters);
     end_frame(out, start);
 }
 
@@ -85,6 +93,7 @@ pub fn decode_cluster_status_response(body: &[u8]) -> Result<ClusterStatusRespon
             cluster_addr: lossy(r.string("cluster address")?),
         });
     }
+    let voters = read_voters(&mut r)?;
     r.finish("cluster status response")?;
     Ok(ClusterStatusResponse {
         node,
@@ -93,6 +102,7 @@ pub fn decode_cluster_status_response(body: &[u8]) -> Result<ClusterStatusRespon
         leader,
         applied,
         nodes,
+        voters,
     })
 }
 
@@ -137,6 +147,57 @@ pub fn decode_coordinator_response(body: &[u8]) -> Result<CoordinatorResponse, M
     Ok(coordinator)
 }
 
+/// Most voters a ChangeMember answer lists (the cluster's peer limit).
+pub const VOTERS_MAX: usize = 128;
+
+/// The answer to ChangeMember.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberChangeResponse {
+    pub cluster_id: [u8; 16],
+    /// The controller's voters once the change was applied, by id.
+    pub voters: Vec<u16>,
+}
+
+pub fn encode_member_change_response(
+    out: &mut Vec<u8>,
+    correlation_id: u32,
+    changed: &MemberChangeResponse,
+) {
+    let start = begin_response(out, correlation_id, ErrorCode::None);
+    out.extend_from_slice(&changed.cluster_id);
+    put_voters(out, &changed.voters);
+    end_frame(out, start);
+}
+
+pub fn decode_member_change_response(body: &[u8]) -> Result<MemberChangeResponse, Malformed> {
+    let mut r = Reader::new(body);
+    let mut cluster_id = [0u8; 16];
+    cluster_id.copy_from_slice(r.bytes(16, "cluster id")?);
+    let voters = read_voters(&mut r)?;
+    r.finish("member change response")?;
+    Ok(MemberChangeResponse { cluster_id, voters })
+}
+
+/// `u16 count` then the ids; at most [`VOTERS_MAX`].
+fn put_voters(out: &mut Vec<u8>, voters: &[u16]) {
+    let voters = &voters[..voters.len().min(VOTERS_MAX)];
+    out.put_u16(u16::try_from(voters.len()).expect("at most VOTERS_MAX"));
+    for voter in voters {
+        out.put_u16(*voter);
+    }
+}
+
+/// A count the body cannot hold is refused before anything is allocated for it.
+fn read_voters(r: &mut Reader<'_>) -> Result<Vec<u16>, Malformed> {
+    let count = usize::from(r.u16("voter count")?);
+    if count > VOTERS_MAX || count * 2 > r.remaining() {
+        return Err(Malformed {
+            what: "voter count",
+        });
+    }
+    (0..count).map(|_| r.u16("voter")).collect()
+}
+
 fn lossy(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -162,6 +223,7 @@ mod tests {
                     cluster_addr: format!("10.0.0.{id}:9100"),
                 })
                 .collect(),
+            voters: vec![1, 2, 3],
         }
     }
 
@@ -216,5 +278,27 @@ mod tests {
         lying.extend_from_slice(&u32::MAX.to_be_bytes());
         let err = decode_cluster_status_response(&lying).unwrap_err();
         assert_eq!(err.what, "node count");
+    }
+
+    #[test]
+    fn a_member_change_round_trips_and_a_cut_or_overcounted_one_is_refused() {
+        let changed = MemberChangeResponse {
+            cluster_id: *b"0123456789abcdef",
+            voters: vec![1, 2, 4],
+        };
+        let mut frame = Vec::new();
+        encode_member_change_response(&mut frame, 5, &changed);
+        let whole = body(&frame);
+        assert_eq!(decode_member_change_response(whole).unwrap(), changed);
+        for cut in 0..whole.len() {
+            assert!(
+                decode_member_change_response(&whole[..cut]).is_err(),
+                "cut at {cut}"
+            );
+        }
+        let mut lying = whole[..16].to_vec();
+        lying.extend_from_slice(&u16::MAX.to_be_bytes());
+        let err = decode_member_change_response(&lying).unwrap_err();
+        assert_eq!(err.what, "voter count");
     }
 }

@@ -133,6 +133,7 @@ code_enum!(
         ListAcls = 22,
         ChangeAcl = 23,
         FindCoordinator = 24,
+        ChangeMember = 25,
     }
 );
 
@@ -200,6 +201,8 @@ code_enum!(
         ClusterAuthorizationFailed = 38,
         /// An ACL api on a broker without `--authorizer acl`: there are no ACLs to list or change.
         SecurityDisabled = 39,
+        /// A change of the cluster's members the controller refused (the message says why).
+        MembershipRefused = 40,
     }
 );
 

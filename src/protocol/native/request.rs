@@ -105,6 +105,13 @@ pub enum Request<'a> {
         add: bool,
         acl: WireAcl<&'a [u8]>,
     },
+    /// Adds a node to the cluster's voters at its cluster address (`HOST:PORT`), or removes
+    /// one (`cluster_addr` empty).
+    ChangeMember {
+        add: bool,
+        node: u16,
+        cluster_addr: &'a [u8],
+    },
 }
 
 /// A native JoinGroup.
@@ -348,6 +355,15 @@ fn decode_request_body<'a>(
             },
             acl: WireAcl::read(&mut r)?,
         },
+        ApiKey::ChangeMember => Request::ChangeMember {
+            add: match r.u8("add")? {
+                0 => false,
+                1 => true,
+                _ => return Err(Malformed { what: "add" }.into()),
+            },
+            node: r.u16("node")?,
+            cluster_addr: r.string("cluster address")?,
+        },
     };
     r.finish("request")?;
     Ok(request)
@@ -406,6 +422,7 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         Request::DeleteUser { .. } => ApiKey::DeleteUser,
         Request::ListAcls => ApiKey::ListAcls,
         Request::ChangeAcl { .. } => ApiKey::ChangeAcl,
+        Request::ChangeMember { .. } => ApiKey::ChangeMember,
     };
     out.put_u16(api as u16);
     out.put_u16(VERSION);
@@ -542,6 +559,15 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
         Request::ChangeAcl { add, acl } => {
             out.put_u8(u8::from(*add));
             acl.put(out);
+        }
+        Request::ChangeMember {
+            add,
+            node,
+            cluster_addr,
+        } => {
+            out.put_u8(u8::from(*add));
+            out.put_u16(*node);
+            out.put_string(cluster_addr);
         }
     }
     end_frame(out, start);

@@ -86,6 +86,16 @@ fn every_request_round_trips() {
         Request::ClusterStatus,
         Request::DescribeGroup { group: b"g" },
         Request::FindCoordinator { group: b"g" },
+        Request::ChangeMember {
+            add: true,
+            node: 4,
+            cluster_addr: b"10.0.0.4:7000",
+        },
+        Request::ChangeMember {
+            add: false,
+            node: 2,
+            cluster_addr: b"",
+        },
         Request::Compact {
             topic: b"t",
             partition: 3,

@@ -105,6 +105,7 @@ pub enum NativeApi {
     ListAcls,
     ChangeAcl,
     FindCoordinator,
+    ChangeMember,
 }
 
 impl From<NativeKey> for NativeApi {
@@ -134,6 +135,7 @@ impl From<NativeKey> for NativeApi {
             NativeKey::ListAcls => NativeApi::ListAcls,
             NativeKey::ChangeAcl => NativeApi::ChangeAcl,
             NativeKey::FindCoordinator => NativeApi::FindCoordinator,
+            NativeKey::ChangeMember => NativeApi::ChangeMember,
         }
     }
 }
@@ -308,5 +310,7 @@ fn native(api: NativeApi) -> &'static [Need] {
         ListUsers | ListAcls => DESCRIBE_CLUSTER,
         // ... and AlterUserScramCredentials, CreateAcls and DeleteAcls.
         SetUser | DeleteUser | ChangeAcl => ALTER_CLUSTER,
+        // As Kafka's AddRaftVoter and RemoveRaftVoter.
+        ChangeMember => ALTER_CLUSTER,
     }
 }

@@ -23,6 +23,7 @@ use crate::cluster::controller::state::{Command, CommandError};
 use crate::cluster::node::{PROPOSE_TIMEOUT, ProposeError, Proposer, TopicChange};
 use crate::cluster::status::{ClusterView, PlacedTopic};
 use crate::protocol::native::TopicSettings;
+use crate::shard::members::{MemberChange, MemberChanged};
 use crate::shard::topics::TopicMeta;
 use crate::shard::{Shard, ShardError, TopicController};
 
@@ -30,6 +31,8 @@ use crate::shard::{Shard, ShardError, TopicController};
 pub(crate) struct ControllerTopics {
     pub(crate) proposer: Proposer,
     pub(crate) shard: Weak<Shard>,
+    /// What a member change needs besides the proposer (`members`).
+    pub(crate) members: super::members::Members,
 }
 
 impl TopicController for ControllerTopics {
@@ -80,6 +83,11 @@ impl TopicController for ControllerTopics {
                 .map_err(|error| failure(&name, error))?;
             made_here(&shard, &name, false).await
         })
+    }
+
+    fn change_member(&self, change: MemberChange) -> BoxedLocal<Result<MemberChanged, ShardError>> {
+        let (proposer, members) = (self.proposer.clone(), self.members.clone());
+        Box::pin(async move { members.change(&proposer, change).await })
     }
 }
 

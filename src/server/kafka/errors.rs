@@ -76,6 +76,7 @@ pub fn of(e: &ShardError) -> i16 {
         ShardError::GroupLimit(_)
         | ShardError::RebalanceTimeout { .. }
         | ShardError::GroupNotEmpty { .. }
+        | ShardError::MembershipRefused { .. }
         | ShardError::Internal { .. } => UNKNOWN_SERVER_ERROR,
     }
 }

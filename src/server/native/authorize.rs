@@ -92,6 +92,7 @@ fn named<'a>(request: &Request<'a>) -> (Vec<&'a [u8]>, Vec<&'a [u8]>) {
         | Request::SetUser { .. }
         | Request::DeleteUser { .. }
         | Request::ListAcls
-        | Request::ChangeAcl { .. } => (vec![], vec![]),
+        | Request::ChangeAcl { .. }
+        | Request::ChangeMember { .. } => (vec![], vec![]),
     }
 }

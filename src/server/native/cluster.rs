@@ -1,5 +1,6 @@
 //! ClusterStatus: the node's cluster view (`cluster::status`), as the native response;
-//! FindCoordinator: the placement's answer for a group.
+//! FindCoordinator: the placement's answer for a group; ChangeMember: a member added
+//! or removed through the controller.
 
 use std::rc::Rc;
 
@@ -9,8 +10,9 @@ use crate::protocol::native::{
     self, ClusterNodeEntry, ClusterStatusResponse, CoordinatorResponse, ErrorCode,
 };
 use crate::server::native::refusal::Refusal;
-use crate::server::native::{Answer, Pending, Tag};
+use crate::server::native::{Answer, Pending, Tag, later};
 use crate::shard::Shard;
+use crate::shard::members::MemberChange;
 use crate::shard::placement::Address;
 
 pub(super) fn status(shard: &Rc<Shard>, tag: Tag) -> Pending {
@@ -69,6 +71,41 @@ pub(super) fn find_coordinator(shard: &Rc<Shard>, tag: Tag, group: &[u8]) -> Pen
     }
 }
 
+/// Adds `node` at `cluster_addr` to the voters, or removes it; answered once the change
+/// is applied on this node.
+pub(super) fn change_member(
+    shard: &Rc<Shard>,
+    tag: Tag,
+    add: bool,
+    node: u16,
+    cluster_addr: &[u8],
+) -> Pending {
+    let change = match (add, std::str::from_utf8(cluster_addr)) {
+        (false, _) => MemberChange::Remove { node },
+        (true, Ok(addr)) => MemberChange::Add {
+            node,
+            cluster_addr: addr.to_string(),
+        },
+        (true, Err(_)) => {
+            let why = "the cluster address is not UTF-8";
+            return Pending::Ready(Answer::failed(
+                tag.1,
+                Refusal::new(ErrorCode::Malformed, why),
+            ));
+        }
+    };
+    later(shard, tag, async move |shard: Rc<Shard>| {
+        let changed = shard.change_member(change).await?;
+        let mut frame = Vec::new();
+        let response = native::MemberChangeResponse {
+            cluster_id: changed.cluster_id,
+            voters: changed.voters,
+        };
+        native::encode_member_change_response(&mut frame, tag.1, &response);
+        Ok(frame)
+    })
+}
+
 fn response(status: &ClusterStatus) -> ClusterStatusResponse {
     ClusterStatusResponse {
         node: status.node.0,
@@ -87,5 +124,6 @@ fn response(status: &ClusterStatus) -> ClusterStatusResponse {
                 cluster_addr: n.cluster_addr.clone(),
             })
             .collect(),
+        voters: status.voters.iter().map(|v| v.0).collect(),
     }
 }

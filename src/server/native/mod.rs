@@ -394,6 +394,11 @@ async fn dispatch(session: &Rc<Session>, body: &[u8]) -> Started<Pending> {
         Request::DeleteUser { name } => admin::delete_user(session, tag, name),
         Request::ListAcls => admin::list_acls(session, tag),
         Request::ChangeAcl { add, acl } => admin::change_acl(session, tag, add, &acl),
+        Request::ChangeMember {
+            add,
+            node,
+            cluster_addr,
+        } => cluster::change_member(shard, tag, add, node, cluster_addr),
     };
     Started { kind, pending }
 }

@@ -47,6 +47,7 @@ pub fn code_of(e: &ShardError) -> ErrorCode {
         ShardError::UnknownPartition { .. } => ErrorCode::UnknownPartition,
         ShardError::InvalidName { .. } => ErrorCode::InvalidName,
         ShardError::InvalidConfig { .. } => ErrorCode::InvalidConfig,
+        ShardError::MembershipRefused { .. } => ErrorCode::MembershipRefused,
         ShardError::TopicExists { .. } => ErrorCode::TopicExists,
         ShardError::TopicLimit { .. } => ErrorCode::TopicLimit,
         ShardError::Malformed { .. }

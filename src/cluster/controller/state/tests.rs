@@ -298,7 +298,9 @@ fn a_member_is_known_by_its_address_until_removed_with_its_registration() {
     state.apply(register(4, 2)).unwrap();
     // The address it was added with stays the one peers use.
     assert_eq!(state.cluster_addr(NodeId(4)), Some("10.0.0.4:7000"));
-    state.apply(Command::RemoveMember { id: NodeId(4) }).unwrap();
+    state
+        .apply(Command::RemoveMember { id: NodeId(4) })
+        .unwrap();
     assert!(state.node(NodeId(4)).is_none());
     assert_eq!(state.cluster_addr(NodeId(4)), None);
     assert_eq!(state.members().count(), 0);
@@ -330,14 +332,19 @@ fn a_node_holding_partitions_is_not_removed() {
             example: "orders".into()
         }
     );
-    assert!(err.to_string().contains("delete those topics first"), "{err}");
+    assert!(
+        err.to_string().contains("delete those topics first"),
+        "{err}"
+    );
     assert!(state.node(NodeId(2)).is_some(), "a refusal changes nothing");
     state
         .apply(Command::DeleteTopic {
             name: "orders".into(),
         })
         .unwrap();
-    state.apply(Command::RemoveMember { id: NodeId(2) }).unwrap();
+    state
+        .apply(Command::RemoveMember { id: NodeId(2) })
+        .unwrap();
     state.apply(create("later", 4, 1)).unwrap();
     let on_two = state.partitions_on(NodeId(2)).0;
     assert_eq!(on_two, 0, "new topics are placed on the remaining nodes");
@@ -386,7 +393,8 @@ fn command() -> impl Strategy<Value = Command> {
             id: NodeId(n),
             cluster_addr: format!("10.1.0.{n}:{}", 7000 + port),
         }),
-        node.clone().prop_map(|n| Command::RemoveMember { id: NodeId(n) }),
+        node.clone()
+            .prop_map(|n| Command::RemoveMember { id: NodeId(n) }),
         (name(), 0u32..20, node, 0u16..4).prop_map(|(topic, partition, n, core)| {
             Command::SetLeaderHint {
                 topic,
