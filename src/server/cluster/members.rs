@@ -87,15 +87,22 @@ impl Members {
                 "{node} holds {held} partition(s), their only copy: delete those topics first (moving partitions is not built)"
             )));
         }
-        let voters = match proposer.change_voters(VoterChange::Remove(node)).await {
-            Ok(voters) => voters,
-            Err(ProposeError::Voters(VoterError::NotVoter(_))) => self.voters(),
+        // Not a voter: removed before (only its record may be left), or never a member.
+        let after = match proposer.change_voters(VoterChange::Remove(node)).await {
+            Ok(voters) => Some(voters),
+            Err(ProposeError::Voters(VoterError::NotVoter(_))) => None,
             Err(error) => return Err(failed(error)),
         };
+        let was_voter = after.is_some();
         match proposer.propose(Command::RemoveMember { id: node }).await {
-            Ok(()) | Err(ProposeError::Refused(CommandError::UnknownNode { .. })) => {}
+            Ok(()) => {}
+            Err(ProposeError::Refused(CommandError::UnknownNode { .. })) if was_voter => {}
+            Err(ProposeError::Refused(CommandError::UnknownNode { .. })) => {
+                return Err(refused(format!("{node} is not a member of the cluster")));
+            }
             Err(error) => return Err(failed(error)),
         }
+        let voters = after.unwrap_or_else(|| self.voters());
         info!(node = node.0, voters = ?ids(&voters), "member removed from the cluster");
         Ok(voters)
     }
