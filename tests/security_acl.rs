@@ -143,6 +143,14 @@ fn native_and_hermit_clients_are_held_to_the_same_acls() {
     let read = client.fetch("orders", 0, 0, 1 << 20, std::time::Duration::ZERO);
     let code = read.as_ref().err().and_then(ClientError::code);
     assert_eq!(code, Some(ErrorCode::TopicAuthorizationFailed));
+    // Changing the cluster's members needs Alter on the cluster, checked before anything.
+    let changed = client.change_member(2, Some("127.0.0.1:9"));
+    let code = changed.as_ref().err().and_then(ClientError::code);
+    assert_eq!(
+        code,
+        Some(ErrorCode::ClusterAuthorizationFailed),
+        "{changed:?}"
+    );
     // HermitMQ v1: allowed on orders; on payments the connection closes at the handshake.
     let mut allowed = V1Producer::connect(&broker, "orders", 1);
     assert_eq!(allowed.send(&batch).0, 0);
