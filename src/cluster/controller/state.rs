@@ -67,7 +67,23 @@ pub struct TopicInfo {
     pub replication_factor: u16,
     pub settings: BTreeMap<String, String>,
     pub partitions: Vec<PartitionInfo>,
+    /// The Raft group of partition 0 of a replicated topic (replication factor above 1);
+    /// partition `p`'s is `group_base + p`. 0 for a topic of one copy, which has no group.
+    pub group_base: u64,
 }
+
+impl TopicInfo {
+    /// The Raft group of `partition`, when the topic is replicated and has it. Groups are
+    /// handed out by the controller at creation from a counter that only grows, so a
+    /// topic deleted and made again never meets the old groups' stale messages.
+    pub fn group_of(&self, partition: u32) -> Option<u64> {
+        let exists = (partition as usize) < self.partitions.len();
+        (self.group_base != 0 && exists).then(|| self.group_base + u64::from(partition))
+    }
+}
+
+/// The first partition group: group 0 is the controller's.
+pub const FIRST_PARTITION_GROUP: u64 = 1;
 
 /// A change to the metadata: what the controller log's entries hold.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,12 +182,25 @@ pub enum CommandError {
 }
 
 /// The cluster's metadata.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterState {
     nodes: BTreeMap<NodeId, NodeInfo>,
     topics: BTreeMap<String, TopicInfo>,
     /// Members added at run time, by id: their cluster address.
     members: BTreeMap<NodeId, String>,
+    /// The next partition Raft group to hand out ([`TopicInfo::group_of`]).
+    next_group: u64,
+}
+
+impl Default for ClusterState {
+    fn default() -> ClusterState {
+        ClusterState {
+            nodes: BTreeMap::new(),
+            topics: BTreeMap::new(),
+            members: BTreeMap::new(),
+            next_group: FIRST_PARTITION_GROUP,
+        }
+    }
 }
 
 impl ClusterState {
@@ -251,11 +280,20 @@ impl ClusterState {
                 settings,
             } => {
                 let placed = placement::place(self, partitions, replication_factor)?;
+                let group_base = match replication_factor {
+                    0 | 1 => 0,
+                    _ => {
+                        let base = self.next_group;
+                        self.next_group += u64::from(partitions);
+                        base
+                    }
+                };
                 let topic = TopicInfo {
                     name: name.clone(),
                     replication_factor,
                     settings,
                     partitions: placed,
+                    group_base,
                 };
                 self.topics.insert(name, topic);
             }

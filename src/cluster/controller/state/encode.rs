@@ -20,20 +20,24 @@
 //! A snapshot: format version (u8), node count (u32) and nodes (id, client address,
 //! cluster address, cores, live), topic count (u32) and topics (name, replication factor,
 //! settings, partition count (u32), then per partition a replica count (u16), replicas
-//! (node u16, core u16) and a leader hint (u8 0 or 1, then node and core when 1)), then
-//! (version 2) member count (u32) and members (id, cluster address).
+//! (node u16, core u16) and a leader hint (u8 0 or 1, then node and core when 1), and
+//! (version 2) its first partition Raft group (u64, 0: none)), then (version 2) member
+//! count (u32) and members (id, cluster address), and the next partition group (u64).
 //!
 //! A later version keeps decoding every earlier one: entries written before an upgrade
 //! stay in the log.
 
 use std::collections::BTreeMap;
 
-use super::{ClusterState, Command, NodeInfo, PartitionInfo, Replica, TopicInfo};
+use super::{
+    ClusterState, Command, FIRST_PARTITION_GROUP, NodeInfo, PartitionInfo, Replica, TopicInfo,
+};
 use crate::cluster::NodeId;
 use crate::protocol::wire::{Malformed, Put, Reader};
 
 /// The format this build writes. Version 2 added the members (tags 7 and 8 and the
-/// snapshot's member list); version 1 bytes decode as before, with no members.
+/// snapshot's member list) and the partition Raft groups; version 1 bytes decode as
+/// before, with no members and no groups (every topic then had one copy, so none).
 pub const FORMAT_VERSION: u8 = 2;
 
 /// Why bytes are not a command or a snapshot.
@@ -197,12 +201,14 @@ impl ClusterState {
                     None => out.put_u8(0),
                 }
             }
+            out.put_u64(t.group_base);
         }
         out.put_u32(self.members.len() as u32);
         for (id, addr) in &self.members {
             out.put_u16(id.0);
             out.put_string(addr.as_bytes());
         }
+        out.put_u64(self.next_group);
         out
     }
 
@@ -222,7 +228,7 @@ impl ClusterState {
             state.nodes.insert(node.id, node);
         }
         for _ in 0..count(&mut r, 10, "topic count")? {
-            let topic = topic(&mut r)?;
+            let topic = topic(&mut r, format)?;
             state.topics.insert(topic.name.clone(), topic);
         }
         if format >= 2 {
@@ -232,13 +238,19 @@ impl ClusterState {
                 let addr = string(&mut r, "member address")?;
                 state.members.insert(id, addr);
             }
+            state.next_group = r.u64("next partition group")?;
+            if state.next_group < FIRST_PARTITION_GROUP {
+                return Err(DecodeError::Malformed {
+                    what: "next partition group",
+                });
+            }
         }
         r.finish("snapshot (trailing bytes)")?;
         Ok(state)
     }
 }
 
-fn topic(r: &mut Reader<'_>) -> Result<TopicInfo, DecodeError> {
+fn topic(r: &mut Reader<'_>, format: u8) -> Result<TopicInfo, DecodeError> {
     let name = string(r, "topic name")?;
     let replication_factor = r.u16("replication factor")?;
     let settings = settings(r)?;
@@ -263,11 +275,16 @@ fn topic(r: &mut Reader<'_>) -> Result<TopicInfo, DecodeError> {
             leader_hint,
         });
     }
+    let group_base = match format {
+        1 => 0,
+        _ => r.u64("partition group")?,
+    };
     Ok(TopicInfo {
         name,
         replication_factor,
         settings,
         partitions: placed,
+        group_base,
     })
 }
 

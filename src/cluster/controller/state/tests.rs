@@ -351,13 +351,48 @@ fn a_node_holding_partitions_is_not_removed() {
 }
 
 #[test]
+fn replicated_topics_get_groups_never_handed_out_twice() {
+    let mut state = nodes(3, 1);
+    state.apply(create("one-copy", 4, 1)).unwrap();
+    assert_eq!(state.topic("one-copy").unwrap().group_of(0), None);
+    state.apply(create("a", 3, 3)).unwrap();
+    state.apply(create("b", 2, 2)).unwrap();
+    let groups = |state: &ClusterState, name: &str| -> Vec<Option<u64>> {
+        let topic = state.topic(name).unwrap();
+        (0..=topic.partitions.len() as u32)
+            .map(|p| topic.group_of(p))
+            .collect()
+    };
+    assert_eq!(groups(&state, "a"), [Some(1), Some(2), Some(3), None]);
+    assert_eq!(groups(&state, "b"), [Some(4), Some(5), None]);
+    // Made again under its name, a topic gets new groups.
+    let delete = Command::DeleteTopic { name: "a".into() };
+    state.apply(delete).unwrap();
+    state.apply(create("a", 3, 3)).unwrap();
+    assert_eq!(groups(&state, "a"), [Some(6), Some(7), Some(8), None]);
+    // A refused creation hands out nothing.
+    assert!(state.apply(create("b", 2, 2)).is_err());
+    state.apply(create("c", 1, 2)).unwrap();
+    assert_eq!(groups(&state, "c"), [Some(9), None]);
+    // And the counter survives a snapshot.
+    let mut restored = ClusterState::decode_snapshot(&state.encode_snapshot()).unwrap();
+    restored.apply(create("d", 1, 2)).unwrap();
+    assert_eq!(groups(&restored, "d"), [Some(10), None]);
+}
+
+#[test]
 fn a_version_1_snapshot_decodes_with_no_members() {
     let mut state = nodes(2, 1);
     state.apply(create("t", 2, 1)).unwrap();
     let mut bytes = state.encode_snapshot();
-    // Version 1 is version 2 without the member list (an empty one is a zero count).
-    assert_eq!(bytes[bytes.len() - 4..], [0, 0, 0, 0]);
-    bytes.truncate(bytes.len() - 4);
+    // Version 1 is version 2 without the topics' groups (0 for a topic of one copy), the
+    // member list (an empty one is a zero count) and the next group (1: none handed out).
+    let tail = [[0u8; 4].as_slice(), &1u64.to_be_bytes()].concat();
+    assert_eq!(bytes[bytes.len() - 12..], tail[..]);
+    bytes.truncate(bytes.len() - 12);
+    let topic_end = bytes.len();
+    assert_eq!(bytes[topic_end - 8..], [0; 8], "the topic's group");
+    bytes.truncate(topic_end - 8);
     bytes[0] = 1;
     assert_eq!(ClusterState::decode_snapshot(&bytes), Ok(state));
 }
