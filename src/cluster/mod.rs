@@ -23,6 +23,7 @@ pub mod controller;
 pub mod identity;
 pub mod node;
 pub mod raft_log;
+pub mod replica;
 pub mod status;
 pub mod table;
 pub mod transport;

@@ -30,7 +30,7 @@
 //! refused with [`RaftStoreError`]: those entries may have been acknowledged, and a voter
 //! that forgets what it acknowledged breaks Raft's safety.
 
-mod codec;
+pub(crate) mod codec;
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -413,7 +413,11 @@ impl Storage for RaftStore {
 
 /// Reads `dir/name` whole, refusing one over `max` bytes before reading it; `None` when
 /// it does not exist.
-fn read_limited(dir: &Path, name: &str, max: u64) -> Result<Option<Vec<u8>>, RaftStoreError> {
+pub(crate) fn read_limited(
+    dir: &Path,
+    name: &str,
+    max: u64,
+) -> Result<Option<Vec<u8>>, RaftStoreError> {
     let path = dir.join(name);
     let bytes = match fs::metadata(&path) {
         Ok(meta) => meta.len(),

@@ -165,7 +165,7 @@ fn check_record(rest: &[u8]) -> Result<&[u8], RecordFault> {
 }
 
 /// `raft_state`'s bytes.
-pub(super) fn encode_raft_state(hs: &HardState, cs: &ConfState) -> Vec<u8> {
+pub(crate) fn encode_raft_state(hs: &HardState, cs: &ConfState) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(&STATE_MAGIC);
     out.put_u16(FORMAT_VERSION);
@@ -177,7 +177,7 @@ pub(super) fn encode_raft_state(hs: &HardState, cs: &ConfState) -> Vec<u8> {
     out
 }
 
-pub(super) fn decode_raft_state(bytes: &[u8]) -> Result<(HardState, ConfState), Malformed> {
+pub(crate) fn decode_raft_state(bytes: &[u8]) -> Result<(HardState, ConfState), Malformed> {
     let mut r = Reader::new(unseal(bytes, STATE_MAGIC)?);
     let hs = HardState {
         term: r.u64("hard state term")?,
