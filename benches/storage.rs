@@ -120,6 +120,7 @@ fn index_lookup(c: &mut Criterion) {
             records: RECORDS_PER_BATCH,
             crc: rng.next() as u32,
             format: pagurus::protocol::record::BatchFormat::Native,
+            control: false,
         });
         offset += u64::from(RECORDS_PER_BATCH);
         position = position.wrapping_add(batch_len);

@@ -178,6 +178,10 @@ pub enum StorageError {
     },
     #[error("bad batch: {0}")]
     BadBatch(#[from] RecordError),
+    /// The top bit of a batch's record count marks Raft's own entries
+    /// (`index::CONTROL_BIT`); a client's batch never carries it.
+    #[error("a batch's record count must be below 2^31, not {record_count}")]
+    RecordCount { record_count: u32 },
     #[error("batch header says {header_bytes} bytes but {given_bytes} were given")]
     BatchLength {
         header_bytes: usize,

@@ -63,6 +63,8 @@ use crate::storage::watch::Watch;
 use crate::storage::{FsyncPolicy, LogConfig, StorageError, open};
 
 mod buffers;
+#[cfg(test)]
+mod control_tests;
 mod inline;
 mod io;
 mod journal;
