@@ -177,17 +177,16 @@ fn compaction_keeps_control_batches() {
             "superseded batch 0 kept: {offsets:?}"
         );
         // The control batches are still there, at their offsets.
-        let st = log.state.borrow();
-        let controls: Vec<u64> = st
-            .segments
-            .all()
-            .iter()
-            .flat_map(|s| (0..s.entries()).map(move |i| s.entry(i)))
-            .filter(|e| e.control)
-            .map(|e| e.offset)
-            .collect();
+        let controls: Vec<u64> = log.with_segments(|segments| {
+            segments
+                .all()
+                .iter()
+                .flat_map(|s| (0..s.entries()).map(move |i| s.entry(i)))
+                .filter(|e| e.control)
+                .map(|e| e.offset)
+                .collect()
+        });
         assert_eq!(controls, [1, 3]);
-        drop(st);
         log.close().await.unwrap();
         let log = PartitionLog::open(&path, config).await.unwrap();
         assert_eq!(served(&log, 0).0, batches);
