@@ -22,6 +22,10 @@
 //!   before seals left the roll's path, when every roll was durable before the next
 //!   segment took batches) has `sealed` = infinity.
 //!
+//! A replicated partition's segments also have a `.raft` file each (`storage::raft_index`):
+//! they are all checked before anything is repaired, orphans are removed, and a plain open
+//! of a directory that has them is refused.
+//!
 //! A trusted segment still gets a cheap check (its `.idx` exists, and its `.wal` ends where
 //! its last entry ends); if that fails it is scanned too.
 //!
