@@ -120,6 +120,7 @@ fn index_lookup(c: &mut Criterion) {
             records: RECORDS_PER_BATCH,
             crc: rng.next() as u32,
             format: pagurus::protocol::record::BatchFormat::Native,
+            control: false,
         });
         offset += u64::from(RECORDS_PER_BATCH);
         position = position.wrapping_add(batch_len);
@@ -261,6 +262,62 @@ fn append(c: &mut Criterion) {
     group.finish();
 }
 
+/// Batches in the read-plan bench's log: small ones (100 B of payload), so a plan of
+/// `READ_PLAN_BYTES` walks a few hundred index entries, the loop a control flag could slow.
+const READ_PLAN_BATCHES: u64 = 20_000;
+const READ_PLAN_BYTES: u64 = 64 * 1024;
+
+/// Opens a log of `READ_PLAN_BATCHES` small batches (untimed) and returns the time `iters`
+/// read plans from random offsets take.
+fn timed_read_plans(iters: u64) -> Duration {
+    let scratch = scratch_root();
+    LocalExecutorBuilder::default()
+        .name("read-plan-bench")
+        .spawn(move || async move {
+            let dir = tempfile::tempdir_in(&scratch).unwrap();
+            let config = LogConfig {
+                fsync: FsyncPolicy::Never,
+                ..LogConfig::default()
+            };
+            let log = PartitionLog::open(dir.path().join("p"), config)
+                .await
+                .unwrap();
+            let batch = encode_batch(0, KEY, &[0x5a; 100], 1);
+            for _ in 0..READ_PLAN_BATCHES {
+                // Staged only: the sync below writes them all at once.
+                let _ticket = log.stage(&batch, None).await.unwrap();
+            }
+            log.sync().await.unwrap();
+            assert_eq!(log.high_watermark(), READ_PLAN_BATCHES);
+            let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+            let probes: Vec<u64> = (0..4096).map(|_| rng.next() % READ_PLAN_BATCHES).collect();
+            let mut planned = 0usize;
+            let started = Instant::now();
+            for k in 0..iters as usize {
+                let plan = log
+                    .read_plan(black_box(probes[k % probes.len()]), READ_PLAN_BYTES)
+                    .unwrap();
+                planned += plan.batches.len();
+            }
+            let elapsed = started.elapsed();
+            assert!(planned >= iters as usize, "every plan holds a batch");
+            drop(log);
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+            drop(dir);
+            elapsed
+        })
+        .expect("start the bench executor")
+        .join()
+        .expect("the bench executor ran")
+}
+
+fn read_plan(c: &mut Criterion) {
+    let mut group = c.benchmark_group("read_plan_20k_small");
+    group.sample_size(20).throughput(Throughput::Elements(1));
+    group.bench_function("64KiB_random", |b| b.iter_custom(timed_read_plans));
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -270,6 +327,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = header_codec, crc, index_lookup, append
+    targets = header_codec, crc, index_lookup, read_plan, append
 }
 criterion_main!(benches);

@@ -9,7 +9,7 @@
 //! | 8..16  | max_timestamp  | largest batch timestamp in the segment up to this batch    |
 //! | 16..20 | position       | byte position of the batch in the `.wal` file              |
 //! | 20..24 | length         | batch length in bytes (header + key + payload); never 0. The top bit is the batch's format: 1 when the payload is a Kafka RecordBatch ([`BatchFormat`]) |
-//! | 24..28 | records        | offsets the batch takes (record count, 0 read as 1)        |
+//! | 24..28 | records        | offsets the batch takes (record count, 0 read as 1). The top bit marks a *control* batch (Raft's own entries, [`CONTROL_BIT`]): one offset, never served |
 //! | 28..32 | crc            | CRC32C of the whole batch as stored                        |
 //!
 //! `max_timestamp` is a running maximum so that it is monotonic and binary-searchable even
@@ -26,6 +26,26 @@ pub use crate::protocol::record::BatchFormat;
 /// The bit of the stored `length` field that marks a Kafka-format batch.
 const KAFKA_FORMAT_BIT: u32 = 1 << 31;
 
+/// The bit of the stored `records` field (and of a stored batch header's record count)
+/// that marks a control batch: an entry of Raft's own (an empty entry at an election, a
+/// configuration change), which takes one offset and is never served to a reader
+/// (`docs/REPLICATION.md`). Staging refuses a client's batch with this bit set in its
+/// record count, so it is never set for one.
+pub const CONTROL_BIT: u32 = 1 << 31;
+
+/// The record count a control batch's header carries: one offset, and the control bit.
+pub const CONTROL_RECORD_COUNT: u32 = CONTROL_BIT | 1;
+
+/// Offsets a stored batch takes and whether it is a control batch, from the record count
+/// of its header (or the `records` field of its entry): 0 is read as 1, and the control
+/// bit is not a count.
+pub fn stored_records(record_count: u32) -> (u32, bool) {
+    (
+        (record_count & !CONTROL_BIT).max(1),
+        record_count & CONTROL_BIT != 0,
+    )
+}
+
 /// Bytes per index entry.
 pub const ENTRY_LEN: usize = 32;
 
@@ -40,6 +60,9 @@ pub struct IndexEntry {
     pub crc: u32,
     /// What the payload is; stored in the top bit of `length`.
     pub format: BatchFormat,
+    /// A control batch (see [`CONTROL_BIT`]); stored in the top bit of `records`, and
+    /// `records` is then 1.
+    pub control: bool,
 }
 
 impl IndexEntry {
@@ -66,7 +89,13 @@ impl IndexEntry {
             BatchFormat::Kafka => self.length | KAFKA_FORMAT_BIT,
         };
         out[20..24].copy_from_slice(&length.to_le_bytes());
-        out[24..28].copy_from_slice(&self.records.to_le_bytes());
+        debug_assert!(self.records < CONTROL_BIT, "staging refuses such counts");
+        let records = if self.control {
+            self.records | CONTROL_BIT
+        } else {
+            self.records
+        };
+        out[24..28].copy_from_slice(&records.to_le_bytes());
         out[28..32].copy_from_slice(&self.crc.to_le_bytes());
     }
 
@@ -78,13 +107,14 @@ impl IndexEntry {
             max_timestamp_ns: u64_at(8),
             position: u32_at(16),
             length: u32_at(20) & !KAFKA_FORMAT_BIT,
-            records: u32_at(24),
+            records: u32_at(24) & !CONTROL_BIT,
             crc: u32_at(28),
             format: if u32_at(20) & KAFKA_FORMAT_BIT != 0 {
                 BatchFormat::Kafka
             } else {
                 BatchFormat::Native
             },
+            control: u32_at(24) & CONTROL_BIT != 0,
         }
     }
 
@@ -318,12 +348,26 @@ mod tests {
             records: 3,
             crc: 0xdead_beef,
             format: BatchFormat::Kafka,
+            control: false,
         };
         let mut buf = [0u8; ENTRY_LEN];
         e.encode(&mut buf);
         assert_eq!(IndexEntry::decode(&buf), e);
         assert!(!IndexEntry::is_empty_slot(&buf));
         assert!(IndexEntry::is_empty_slot(&[0u8; ENTRY_LEN]));
+        // A control entry: one offset, the flag in the top bit of `records`.
+        let control = IndexEntry {
+            records: 1,
+            control: true,
+            format: BatchFormat::Native,
+            ..e
+        };
+        control.encode(&mut buf);
+        assert_eq!(buf[24..28], CONTROL_RECORD_COUNT.to_le_bytes());
+        assert_eq!(IndexEntry::decode(&buf), control);
+        assert_eq!(control.next_offset(), e.offset + 1);
+        assert_eq!(stored_records(CONTROL_RECORD_COUNT), (1, true));
+        assert_eq!(stored_records(0), (1, false));
     }
 
     #[test]
@@ -351,6 +395,7 @@ mod tests {
                 records,
                 crc: 0,
                 format: BatchFormat::Native,
+                control: false,
             });
             offset += u64::from(records);
             position += 40;

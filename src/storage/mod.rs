@@ -7,6 +7,7 @@
 //! - [`retention`]: deleting whole closed segments by size and age.
 //! - [`compaction`]: rewriting closed segments to the newest batch per key, crash-safely.
 //! - [`open`]: opening a partition directory: markers, scanning, repair, quarantine.
+//! - [`raft_index`]: the per-segment Raft index base of a replicated partition.
 //! - [`fs`]: durable file-system steps (sync a directory, replace a file atomically).
 //! - [`verify`]: checking bytes read from disk before they are served; corrupt batches.
 //! - [`watch`] (re-exported from `crate::watch`): the wake-up signal group commit and
@@ -22,6 +23,7 @@ pub mod index_journal;
 pub mod log;
 pub mod marker;
 pub mod open;
+pub mod raft_index;
 pub mod recovery;
 mod repair;
 pub mod retention;
@@ -178,6 +180,10 @@ pub enum StorageError {
     },
     #[error("bad batch: {0}")]
     BadBatch(#[from] RecordError),
+    /// The top bit of a batch's record count marks Raft's own entries
+    /// (`index::CONTROL_BIT`); a client's batch never carries it.
+    #[error("a batch's record count must be below 2^31, not {record_count}")]
+    RecordCount { record_count: u32 },
     #[error("batch header says {header_bytes} bytes but {given_bytes} were given")]
     BatchLength {
         header_bytes: usize,

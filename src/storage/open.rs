@@ -22,6 +22,10 @@
 //!   before seals left the roll's path, when every roll was durable before the next
 //!   segment took batches) has `sealed` = infinity.
 //!
+//! A replicated partition's segments also have a `.raft` file each (`storage::raft_index`):
+//! they are all checked before anything is repaired, orphans are removed, and a plain open
+//! of a directory that has them is refused.
+//!
 //! A trusted segment still gets a cheap check (its `.idx` exists, and its `.wal` ends where
 //! its last entry ends); if that fails it is scanned too.
 //!
@@ -42,6 +46,7 @@ use tracing::{error, info, warn};
 
 use crate::storage::fs::{self as fs_durable, create_dir_durable, map, sync_dir};
 use crate::storage::index::ENTRY_LEN;
+use crate::storage::raft_index::{self, Numbering};
 use crate::storage::repair;
 use crate::storage::segment::{self, Segment, idx_path, wal_path};
 use crate::storage::verify::{self, Checks};
@@ -106,6 +111,7 @@ pub(crate) struct Recovered {
 pub async fn open_segments(
     dir: &Path,
     config: &LogConfig,
+    numbering: Numbering,
 ) -> Result<(Vec<Segment>, Checks, RecoveryPoint), StorageError> {
     create_dir_durable(dir)?;
     let marker = dir.join(CLEAN_MARKER);
@@ -120,6 +126,17 @@ pub async fn open_segments(
     };
     crate::storage::compaction::finish_interrupted(dir)?;
     let bases = list_segments(dir)?;
+    // Every segment's Raft index base is checked before anything is repaired: a damaged
+    // replicated partition is refused as it was found (`storage::raft_index`).
+    let raft_files = raft_index::remove_orphans(dir, &bases)?;
+    match numbering {
+        Numbering::Offsets => raft_index::refuse_plain_open(dir, &raft_files)?,
+        Numbering::Raft { .. } => {
+            for &base in &bases {
+                raft_index::read(dir, base)?;
+            }
+        }
+    }
     let mut checks = Checks::default();
 
     // First decide what survives, segment by segment, oldest first...
@@ -181,9 +198,20 @@ pub async fn open_segments(
         }
     }
     if segments.is_empty() {
+        if let Numbering::Raft { first_index } = numbering {
+            // Durable before the segment's files are named (`storage::raft_index`).
+            raft_index::write(dir, 0, first_index)?;
+        }
         segments
             .push(Segment::create(dir, 0, config.index_entries, config.writer_setup(dir)).await?);
         sync_dir(dir)?;
+    }
+    if let Numbering::Raft { .. } = numbering {
+        let bases: Vec<u64> = segments.iter().map(|s| s.base_offset).collect();
+        let raft_bases = raft_index::load(dir, &bases, |i| segments[i].entries())?;
+        for (segment, raft_base) in segments.iter_mut().zip(raft_bases) {
+            segment.raft_base = Some(raft_base);
+        }
     }
     let active_base = segments.last().expect("at least one segment").base_offset;
     // A process killed before its fdatasync leaves bytes in the page cache that the scan
@@ -365,7 +393,23 @@ fn quarantine(dir: &Path, bases: &[u64]) -> Result<(), StorageError> {
         }
     }
     sync_dir(&target)?;
-    sync_dir(dir)
+    sync_dir(dir)?;
+    // Their Raft index files follow once the segments' moves are durable, so a segment
+    // still in place never lacks its own (`storage::raft_index`).
+    let mut moved = false;
+    for &base in bases {
+        let path = raft_index::raft_path(dir, base);
+        if path.exists() {
+            let name = path.file_name().expect("raft files have names");
+            fs::rename(&path, target.join(name)).map_err(|e| StorageError::io(&path, e))?;
+            moved = true;
+        }
+    }
+    if moved {
+        sync_dir(&target)?;
+        sync_dir(dir)?;
+    }
+    Ok(())
 }
 
 /// What `recovery-point` in `dir` says (nothing known when it is missing or unreadable).

@@ -57,7 +57,7 @@
 
 use crate::limits::Limits;
 use crate::protocol::record::{self, RecordError};
-use crate::storage::index::{ENTRY_LEN, IndexEntry};
+use crate::storage::index::{ENTRY_LEN, IndexEntry, stored_records};
 use crate::storage::index_journal;
 
 /// Why the scan stopped before the end of the WAL.
@@ -224,7 +224,9 @@ pub fn scan_sparse_segment(
             cut = Some(gap);
             break;
         }
-        if header.offset.checked_add(header.records()).is_none() {
+        // A control batch's count carries the control bit (`index::CONTROL_BIT`).
+        let (records, control) = stored_records(header.record_count);
+        if header.offset.checked_add(u64::from(records)).is_none() {
             cut = Some(CutReason::OffsetOverflow {
                 position: at,
                 offset: header.offset,
@@ -237,14 +239,20 @@ pub fn scan_sparse_segment(
         };
         let batch = &wal[position..position + len];
         max_timestamp_ns = max_timestamp_ns.max(header.timestamp_ns);
+        let format = if control {
+            record::BatchFormat::Native
+        } else {
+            record::format_of(batch, &header)
+        };
         let entry = IndexEntry {
             offset: header.offset,
             max_timestamp_ns,
             position: position32,
             length: length32,
-            records: u32::try_from(header.records()).expect("records fit u32"),
+            records,
             crc: record::batch_crc(batch),
-            format: record::format_of(batch, &header),
+            format,
+            control,
         };
         match slot(entries.len()) {
             // Compaction leaves offset gaps inside a segment; an entry that matches the bytes
@@ -322,6 +330,7 @@ mod tests {
                 records: (*count).max(1),
                 crc: record::batch_crc(&batch),
                 format: record::BatchFormat::Native,
+                control: false,
             };
             let mut slot = [0u8; ENTRY_LEN];
             entry.encode(&mut slot);

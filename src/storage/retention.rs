@@ -16,6 +16,7 @@ use std::time::Duration;
 use tracing::info;
 
 use crate::clock::now_ns;
+use crate::storage::raft_index;
 use crate::storage::segment::{idx_path, wal_path};
 use crate::storage::{PartitionLog, StorageError};
 
@@ -45,6 +46,7 @@ impl PartitionLog {
     ) -> Result<RetentionOutcome, StorageError> {
         let now_ns = now_ns();
         let mut outcome = RetentionOutcome::default();
+        let mut retired_bases = Vec::new();
         let age_max_ns = retention
             .age_max
             .map(|age| u64::try_from(age.as_nanos()).unwrap_or(u64::MAX));
@@ -67,6 +69,7 @@ impl PartitionLog {
                     Err(e) => return Err(StorageError::io(&path, e)),
                 }
             }
+            retired_bases.push(base);
             outcome.segments_deleted += 1;
             outcome.bytes_deleted += size;
             info!(dir = %self.dir().display(), base_offset = base, bytes = size, "retention deleted a segment");
@@ -74,6 +77,13 @@ impl PartitionLog {
         }
         if outcome.segments_deleted > 0 {
             self.sync_dir().await?;
+        }
+        if self.is_raft_indexed() && !retired_bases.is_empty() {
+            // Only now that the segments' removal is durable (`storage::raft_index`).
+            let dir = self.dir().to_path_buf();
+            glommio::executor()
+                .spawn_blocking(move || raft_index::remove_after_segments(&dir, &retired_bases))
+                .await?;
         }
         outcome.log_start_offset = self.log_start_offset();
         Ok(outcome)

@@ -207,6 +207,9 @@ pub struct Segment {
     pub(crate) writer: Option<Writer>,
     pub(crate) opened_at: Instant,
     dir: PathBuf,
+    /// Raft index of the segment's first batch, in a replicated partition
+    /// (`storage::raft_index`); `None` in any other. Set by whoever opens the log.
+    pub(crate) raft_base: Option<u64>,
 }
 
 impl Segment {
@@ -380,6 +383,7 @@ impl Segment {
             }),
             opened_at: Instant::now(),
             dir: dir.to_path_buf(),
+            raft_base: None,
         })
     }
 
@@ -405,6 +409,7 @@ impl Segment {
             writer: None,
             opened_at: Instant::now(),
             dir: dir.to_path_buf(),
+            raft_base: None,
         })
     }
 

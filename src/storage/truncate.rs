@@ -13,7 +13,8 @@
 //!    below `sealed` is never cut: damage there is rot, and everything after it would be
 //!    quarantined).
 //! 2. `DeleteSegment`, for each segment after the holding one, newest first: its `.wal`,
-//!    its `.idx`, then a sync of the directory. What is left on disk stays contiguous.
+//!    its `.idx`, then a sync of the directory; in a replicated partition then its `.raft`
+//!    and another sync (`storage::raft_index`). What is left on disk stays contiguous.
 //! 3. `CutWal`: the holding segment's `.wal` is cut where the first dropped batch starts
 //!    (fsync: the size is metadata).
 //! 4. `CutIndex`: its `.idx` is cut to the entries before that batch (fsync).
@@ -27,6 +28,7 @@
 //! | nothing | the log, closed cleanly | the whole log: nothing was cut |
 //! | 1 | the whole log, not marked clean | scans the holding segment and later ones: the whole log |
 //! | some of 2 | the segments up to some later one (a `.wal` whose `.idx` is gone is rebuilt from the WAL; an `.idx` without its `.wal` is removed) | the log up to that segment's end |
+//! | some of 2, replicated partition | as above; the last deleted segment's `.raft` may be left, never a `.wal` without its `.raft` | removes the orphan `.raft`; as above |
 //! | 3 | the holding `.wal` ends at the cut, its `.idx` is longer | drops the entries past the WAL's end: the log ends at the cut |
 //! | 4 | the log ends at the cut, not marked clean | scans the holding segment: the log ends at the cut |
 //! | 5 | done | the log ends at the cut |
@@ -47,6 +49,7 @@ use crate::storage::StorageError;
 use crate::storage::fs::{remove_file_durable, sync_dir};
 use crate::storage::index::{ENTRY_LEN, IndexEntry};
 use crate::storage::open::{self, CLEAN_MARKER, RecoveryPoint};
+use crate::storage::raft_index;
 use crate::storage::segment::{idx_path, wal_path};
 
 /// Why a log cannot be cut at an offset.
@@ -198,6 +201,9 @@ pub(crate) fn apply(dir: &Path, steps: &[Step]) -> Result<(), StorageError> {
                     }
                 }
                 sync_dir(dir)?;
+                // A replicated partition's `.raft` goes once the segment's removal is
+                // durable (`storage::raft_index`).
+                raft_index::remove_after_segments(dir, &[base_offset])?;
             }
             Step::CutWal {
                 base_offset,

@@ -73,9 +73,11 @@ pub fn check_batch(bytes: &[u8], entry: &IndexEntry) -> Result<BatchHeader, Mism
             index: entry.length.into(),
         });
     }
-    if header.records() != u64::from(entry.records) {
+    // The control bit is part of the count on both sides (`index::CONTROL_BIT`).
+    let (records, control) = crate::storage::index::stored_records(header.record_count);
+    if (records, control) != (entry.records, entry.control) {
         return Err(Mismatch::Records {
-            header: header.records(),
+            header: header.record_count.into(),
             index: entry.records.into(),
         });
     }
@@ -284,6 +286,7 @@ mod tests {
             records: 2,
             crc: record::batch_crc(&batch),
             format: record::BatchFormat::Native,
+            control: false,
         };
         (batch, entry)
     }
@@ -343,6 +346,7 @@ mod tests {
             records: 1,
             crc: 0,
             format: record::BatchFormat::Native,
+            control: false,
         };
         let batches = [e(0, 100), e(100, 100), e(200, 800)];
         assert_eq!(checks.unchecked_batches(100, &batches), vec![0, 1, 2]);

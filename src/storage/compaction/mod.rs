@@ -1,5 +1,6 @@
 //! Key compaction: closed segments are rewritten keeping, for each key, only its newest
-//! batch (batches without a key are always kept).
+//! batch (batches without a key, and control batches, `index::CONTROL_BIT`, are always
+//! kept, flag included).
 //!
 //! # What a compacted segment looks like
 //!
@@ -379,7 +380,10 @@ impl PartitionLog {
             let file = open_reader(&wal_path(self.dir(), snap.base_offset)).await?;
             let result = self
                 .for_each_batch(&file, snap, &log_limits, |entry, key| {
-                    map.note(key, entry.offset)
+                    // Raft's own entries carry no client key and are always kept.
+                    if !entry.control {
+                        map.note(key, entry.offset)
+                    }
                 })
                 .await;
             close(file).await;

@@ -157,6 +157,7 @@ impl PartitionLog {
                 for (entry, batch) in run.batches() {
                     let header = check_batch(entry, batch, limits)?;
                     if entry.offset != last_offset
+                        && !entry.control
                         && map.superseded(key_of(&header, batch), entry.offset)
                     {
                         continue;
@@ -171,6 +172,7 @@ impl PartitionLog {
                         records: entry.records,
                         crc: entry.crc,
                         format: entry.format,
+                        control: entry.control,
                     };
                     let mut slot = [0u8; ENTRY_LEN];
                     kept.encode(&mut slot);

@@ -426,13 +426,15 @@ impl PartitionLog {
             );
             st.next_offset
         };
+        // Taken while nothing can be staged: the new segment numbers on from here.
+        let raft_base = self.rolled_raft_base();
         let trimmed = self.trim_active_files().await;
         if trimmed.is_ok() {
             self.state.borrow_mut().segments.active_mut().seal();
         }
         let created = match trimmed {
             Ok(files) => self
-                .next_segment(base)
+                .next_segment(base, raft_base)
                 .await
                 .map(|created| (created, files)),
             Err(e) => Err(e),

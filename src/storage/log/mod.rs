@@ -49,6 +49,7 @@
 //! - [`read`]: read plans and reads;
 //! - [`buffers`]: write buffers, recycled per core;
 //! - [`maintenance`]: the narrow API compaction and retention change the segments through;
+//! - [`raft`]: the Raft numbering of a replicated partition's batches (lookups, rolls);
 //! - [`truncate`]: cutting the log back to an offset (closes, cuts the files, reopens);
 //! - [`state`] and [`segments`]: the state and segment list those keep consistent.
 
@@ -58,16 +59,20 @@ use std::rc::{Rc, Weak};
 
 use glommio::io::Directory;
 
+use crate::storage::raft_index::Numbering;
 use crate::storage::verify::Checks;
 use crate::storage::watch::Watch;
 use crate::storage::{FsyncPolicy, LogConfig, StorageError, open};
 
 mod buffers;
+#[cfg(test)]
+mod control_tests;
 mod inline;
 mod io;
 mod journal;
 mod maintenance;
 mod prealloc;
+pub mod raft;
 mod read;
 mod rounds;
 mod seal;
@@ -178,14 +183,35 @@ impl Drop for PartitionLog {
 const PENDING_CAPACITY_MIN_BYTES: usize = 64 * 1024;
 
 impl PartitionLog {
-    /// Opens (recovering if needed) or creates the partition log in `dir`.
+    /// Opens (recovering if needed) or creates the partition log in `dir`, a partition that
+    /// is not replicated (a directory with Raft index files is refused: see
+    /// [`PartitionLog::open_raft`]).
     pub async fn open(
         dir: impl AsRef<Path>,
         config: LogConfig,
     ) -> Result<Rc<PartitionLog>, StorageError> {
+        Self::open_numbered(dir.as_ref(), config, Numbering::Offsets).await
+    }
+
+    /// Opens (recovering if needed) or creates the log of a replicated partition in `dir`:
+    /// every segment records the Raft index of its first batch (`storage::raft_index`);
+    /// a new log's first batch gets `first_index`. See [`raft`] for the lookups.
+    pub async fn open_raft(
+        dir: impl AsRef<Path>,
+        config: LogConfig,
+        first_index: u64,
+    ) -> Result<Rc<PartitionLog>, StorageError> {
+        Self::open_numbered(dir.as_ref(), config, Numbering::Raft { first_index }).await
+    }
+
+    pub(crate) async fn open_numbered(
+        dir: &Path,
+        config: LogConfig,
+        numbering: Numbering,
+    ) -> Result<Rc<PartitionLog>, StorageError> {
         config.validate()?;
-        let dir = dir.as_ref().to_path_buf();
-        let (segments, checks, point) = open::open_segments(&dir, &config).await?;
+        let dir = dir.to_path_buf();
+        let (segments, checks, point) = open::open_segments(&dir, &config, numbering).await?;
         let directory = Directory::open(&dir)
             .await
             .map_err(|e| StorageError::io(&dir, e.into()))?;

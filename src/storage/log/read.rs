@@ -51,8 +51,11 @@ pub struct StoredBatch {
 
 impl PartitionLog {
     /// Plans a read of batches from `offset` on: at least one batch (even if larger than
-    /// `max_bytes`), then as many as fit in `max_bytes`, all from one segment. An offset at
-    /// the high watermark gives an empty plan; one outside the log an error.
+    /// `max_bytes`), then as many as fit in `max_bytes`, all from one segment, none of them
+    /// a control batch (the plan ends before one; a plan from one starts after it, so a
+    /// reader sees a gap of one offset). An offset at the high watermark gives an empty
+    /// plan, and so does one where only control batches lie below it; one outside the log
+    /// an error.
     pub fn read_plan(&self, offset: u64, max_bytes: u64) -> Result<ReadPlan, StorageError> {
         let high_watermark = self.high_watermark();
         let log_start_offset = self.log_start_offset();
@@ -67,14 +70,25 @@ impl PartitionLog {
         let first = st.segments.position_for(offset);
         for segment in &st.segments.all()[first..] {
             let visible = segment.index().entries_below(high_watermark);
-            let Some(start) = segment.index().find_offset(offset, visible) else {
+            let Some(mut start) = segment.index().find_offset(offset, visible) else {
                 continue;
             };
+            // A control batch (Raft's own entry) is never served: a plan that would start
+            // at one starts after it, and one that reaches one stops before it. They are
+            // rare, so the common plan pays one test of a decoded flag per batch.
+            while start < visible && segment.entry(start).control {
+                start += 1;
+            }
+            if start == visible {
+                continue;
+            }
             let mut batches = Vec::new();
             let mut length = 0u64;
             for i in start..visible {
                 let entry = segment.entry(i);
-                if !batches.is_empty() && length + u64::from(entry.length) > max_bytes {
+                if entry.control
+                    || (!batches.is_empty() && length + u64::from(entry.length) > max_bytes)
+                {
                     break;
                 }
                 length += u64::from(entry.length);
@@ -201,7 +215,14 @@ impl PartitionLog {
                     .index()
                     .find_timestamp(timestamp_ns, segment.entries())?;
                 let entry = segment.entry(i);
-                (entry.offset < high_watermark).then_some(entry.offset)
+                // A control batch keeps the running maximum of the batch before it, so it is
+                // found only first in its segment; a fetch from its end skips any that follow.
+                let offset = if entry.control {
+                    entry.next_offset()
+                } else {
+                    entry.offset
+                };
+                (offset < high_watermark).then_some(offset)
             })
             // Never below the start a client moved the log to.
             .map(|offset| offset.max(self.start_floor.get()))

@@ -122,6 +122,9 @@ impl SegmentList {
             (old.base_offset, old.next_offset),
             "a rewritten segment keeps its base and end offsets"
         );
+        // Same first batch, so the same Raft index base (`storage::raft_index`).
+        let mut segment = segment;
+        segment.raft_base = old.raft_base;
         self.segments[i] = segment;
         self.check();
     }

@@ -43,6 +43,8 @@
 //! |---|---|---|
 //! | while the spare is made, or once it is | `next-segment.*`, whole or not | ignores them (not segment names); the next spare made replaces them |
 //! | after the renames, before the directory's fsync | the old names, or the new ones (an index under its new name at least whenever the WAL has its new one) | a new segment without data, or with batches that were never durable: scanned like any active segment |
+//! | replicated partition: after the new segment's `.raft` (durable before the renames), before the renames | `<base>.raft` without `<base>.wal` (maybe `<base>.idx`) | removes the orphans (`storage::raft_index`); the old segment is still the active one |
+//! | replicated partition: after the renames | the new segment with its `.raft` | as above; its `.raft` is there whenever its `.wal` is |
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -119,8 +121,22 @@ impl PartitionLog {
         reserve_bytes(half_full_after, self.config.segment_bytes)
     }
 
-    /// The next active segment, at `base`: the spare if it is ready, else one made now.
-    pub(super) async fn next_segment(&self, base: u64) -> Result<Segment, StorageError> {
+    /// The next active segment, at `base`: the spare if it is ready, else one made now. In
+    /// a replicated partition its `.raft` (Raft index base `raft_base`) is durable first.
+    pub(super) async fn next_segment(
+        &self,
+        base: u64,
+        raft_base: Option<u64>,
+    ) -> Result<Segment, StorageError> {
+        if let Some(raft_base) = raft_base {
+            self.write_raft_base(base, raft_base).await?;
+        }
+        let mut segment = self.make_next_segment(base).await?;
+        segment.raft_base = raft_base;
+        Ok(segment)
+    }
+
+    async fn make_next_segment(&self, base: u64) -> Result<Segment, StorageError> {
         let (entries, slots) = (self.config.index_entries, self.writer_setup);
         if self.spare.get() != Spare::Ready {
             let created = Segment::create(&self.dir, base, entries, slots).await?;

@@ -20,6 +20,9 @@ struct Checked {
     records: u64,
     /// A Kafka RecordBatch payload gets its base offset rewritten with the batch's.
     format: record::BatchFormat,
+    /// A control batch ([`PartitionLog::stage_control`]): its timestamp stays 0 and does
+    /// not move the running maximum.
+    control: bool,
 }
 
 impl PartitionLog {
@@ -96,6 +99,57 @@ impl PartitionLog {
         }
     }
 
+    /// Appends a control batch (Raft's own entry: `index::CONTROL_BIT`) holding `payload`,
+    /// and waits until it is acknowledged per the fsync policy. It takes one offset, which
+    /// no reader is ever served.
+    pub async fn append_control(
+        self: &Rc<Self>,
+        payload: &[u8],
+    ) -> Result<AppendAck, StorageError> {
+        let ticket = self.stage_control(payload).await?;
+        self.commit(ticket).await?;
+        Ok(AppendAck {
+            base_offset: ticket.base_offset,
+            next_offset: ticket.end_offset,
+        })
+    }
+
+    /// Stages a control batch holding `payload` (see [`PartitionLog::append_control`]):
+    /// an empty key, timestamp 0, and the control bit in its header's record count and its
+    /// index entry, so a scan that rebuilds the entry from the `.wal` finds the flag too.
+    pub async fn stage_control(self: &Rc<Self>, payload: &[u8]) -> Result<Ticket, StorageError> {
+        let payload_len =
+            u32::try_from(payload.len()).map_err(|_| record::RecordError::PayloadTooLarge {
+                size_bytes: payload.len() as u64,
+                limit_bytes: self.config.limits.max_payload_bytes,
+            })?;
+        let header = record::BatchHeader {
+            timestamp_ns: 0,
+            offset: 0,
+            key_len: 0,
+            payload_len,
+            record_count: crate::storage::index::CONTROL_RECORD_COUNT,
+        };
+        let mut batch = vec![0u8; record::HEADER_LEN];
+        header.encode(&mut batch);
+        // Sizes are checked before the payload is copied.
+        record::BatchHeader::decode(&batch, &self.config.limits)?;
+        batch.extend_from_slice(payload);
+        let checked = Checked {
+            timestamp_ns: 0,
+            records: 1,
+            format: record::BatchFormat::Native,
+            control: true,
+        };
+        let batch = record::BatchParts::whole(&batch);
+        loop {
+            match self.try_stage(&[(batch, checked)])? {
+                Some(ticket) => return Ok(ticket),
+                None => self.wait_for_roll().await,
+            }
+        }
+    }
+
     pub(super) async fn wait_for_roll(self: &Rc<Self>) {
         let changed = self.progress.changed();
         self.kick();
@@ -109,6 +163,12 @@ impl PartitionLog {
         trust: record::BatchTrust,
     ) -> Result<Checked, StorageError> {
         let header = batch.check(&self.config.limits)?;
+        if header.record_count & crate::storage::index::CONTROL_BIT != 0 {
+            // The bit marks Raft's own entries (`index::CONTROL_BIT`), never a client's.
+            return Err(StorageError::RecordCount {
+                record_count: header.record_count,
+            });
+        }
         if header.batch_len() != batch.len() {
             return Err(StorageError::BatchLength {
                 header_bytes: header.batch_len(),
@@ -132,6 +192,7 @@ impl PartitionLog {
             timestamp_ns: header.timestamp_ns,
             records: header.records(),
             format,
+            control: false,
         })
     }
 
@@ -179,7 +240,10 @@ impl PartitionLog {
                 // Outside the RecordBatch's CRC, which stays valid.
                 crate::protocol::kafka::batch::set_stored_base_offset(stored, base_offset);
             }
-            let timestamp_ns = if checked.timestamp_ns == 0 {
+            let timestamp_ns = if checked.control {
+                // Stays 0, so the running maximum below is the previous batch's.
+                0
+            } else if checked.timestamp_ns == 0 {
                 let now = crate::clock::now_ns();
                 record::set_timestamp(stored, now);
                 now
@@ -191,6 +255,7 @@ impl PartitionLog {
                 max_timestamp_ns: active
                     .last_entry()
                     .map_or(timestamp_ns, |e| e.max_timestamp_ns.max(timestamp_ns)),
+                control: checked.control,
                 position: u32::try_from(*pending_position + start as u64)
                     .expect("segment_bytes keeps positions in u32"),
                 length: u32::try_from(batch.len()).expect("limits keep a batch under 4 GiB"),

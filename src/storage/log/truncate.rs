@@ -23,13 +23,14 @@ impl PartitionLog {
         offset: u64,
     ) -> Result<Rc<PartitionLog>, StorageError> {
         self.check_cut(offset)?;
+        let numbering = self.numbering();
         self.close().await?;
         self.state.borrow_mut().segments.unmap_indexes();
         let dir = self.dir.clone();
         glommio::executor()
             .spawn_blocking(move || truncate::truncate_closed(&dir, offset))
             .await?;
-        let log = PartitionLog::open(&self.dir, self.config.clone()).await?;
+        let log = PartitionLog::open_numbered(&self.dir, self.config.clone(), numbering).await?;
         assert_eq!(log.next_offset(), offset, "the log ends at the cut");
         Ok(log)
     }
