@@ -4,3 +4,6 @@
 
 pub mod raft_state;
 pub mod storage;
+
+#[cfg(test)]
+mod sim_tests;
