@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use raft::eraftpb::{Entry, Message};
-use raft::{Config, GetEntriesContext, RawNode, StateRole, Storage};
+use raft::{Config, GetEntriesContext, Storage};
 
+use super::driver::{ProposeError, ReplicaDriver};
 use super::storage::ReplicaStorage;
 use crate::protocol::record::{BatchHeader, encode_batch};
 use crate::storage::log::PartitionLog;
@@ -46,28 +47,24 @@ fn batch(offset: u64, tag: u8) -> Vec<u8> {
 
 struct Replica {
     dir: PathBuf,
-    node: Option<RawNode<ReplicaStorage>>,
+    driver: Option<ReplicaDriver>,
 }
 
 impl Replica {
-    async fn start(dir: &Path, id: u64, new: bool) -> RawNode<ReplicaStorage> {
+    async fn start(dir: &Path, id: u64, new: bool) -> ReplicaDriver {
         let log = PartitionLog::open_raft(dir, log_config(), 1).await.unwrap();
         let storage = ReplicaStorage::open(log).unwrap();
         if new {
             storage.initialize(&[1, 2, 3]).unwrap();
         }
         let config = Config {
-            id,
             election_tick: 10,
             heartbeat_tick: 2,
             pre_vote: true,
             check_quorum: true,
-            // Entries are applied by nobody here: a restart replays from the commit.
-            applied: storage.initial_state().unwrap().hard_state.commit,
             ..Config::default()
         };
-        let logger = crate::cluster::raft_log::logger(1, id);
-        RawNode::new(&config, storage, &logger).unwrap()
+        ReplicaDriver::new(id, storage, &config).unwrap()
     }
 }
 
@@ -83,10 +80,10 @@ impl Sim {
         let mut replicas = Vec::new();
         for id in 1..=3 {
             let dir = root.join(format!("r{id}"));
-            let node = Replica::start(&dir, id, true).await;
+            let driver = Replica::start(&dir, id, true).await;
             replicas.push(Replica {
                 dir,
-                node: Some(node),
+                driver: Some(driver),
             });
         }
         Sim {
@@ -96,56 +93,39 @@ impl Sim {
         }
     }
 
-    fn node(&mut self, id: u64) -> &mut RawNode<ReplicaStorage> {
+    fn node(&mut self, id: u64) -> &mut ReplicaDriver {
         self.replicas[id as usize - 1]
-            .node
+            .driver
             .as_mut()
             .expect("running")
     }
 
     fn leader(&self) -> Option<u64> {
-        self.replicas
-            .iter()
-            .filter_map(|r| r.node.as_ref())
-            .find(|n| n.raft.state == StateRole::Leader)
-            .map(|n| n.raft.id)
+        let running = self.replicas.iter().enumerate();
+        running
+            .filter(|(_, r)| r.driver.as_ref().is_some_and(ReplicaDriver::is_leader))
+            .map(|(i, _)| i as u64 + 1)
+            .next()
     }
 
     /// Delivers what is in flight, ticks everyone once, and handles every replica's
-    /// `Ready` (persisting before the messages that depend on it are sent).
+    /// `Ready` (each persists before it sends what depends on it).
     async fn round(&mut self) {
         for message in std::mem::take(&mut self.in_flight) {
             if self.cut.contains(&message.to) || self.cut.contains(&message.from) {
                 continue;
             }
-            if let Some(node) = self.replicas[message.to as usize - 1].node.as_mut() {
-                let _ = node.step(message);
+            if let Some(driver) = self.replicas[message.to as usize - 1].driver.as_mut() {
+                let _ = driver.step(message);
             }
         }
-        for i in 0..self.replicas.len() {
-            let Some(node) = self.replicas[i].node.as_mut() else {
+        for replica in &mut self.replicas {
+            let Some(driver) = replica.driver.as_mut() else {
                 continue;
             };
-            node.tick();
-            let mut sent = Vec::new();
-            while node.has_ready() {
-                let mut ready = node.ready();
-                sent.extend(ready.take_messages());
-                node.store().append(ready.entries()).await.unwrap();
-                if let Some(hard) = ready.hs() {
-                    node.store().set_state(hard, None).unwrap();
-                }
-                sent.extend(ready.take_persisted_messages());
-                let mut light = node.advance(ready);
-                if let Some(commit) = light.commit_index() {
-                    let mut hard = node.store().initial_state().unwrap().hard_state;
-                    hard.commit = commit;
-                    node.store().set_state(&hard, None).unwrap();
-                }
-                sent.extend(light.take_messages());
-                node.advance_apply();
-            }
-            self.in_flight.extend(sent);
+            driver.tick();
+            driver.handle_ready().await.unwrap();
+            self.in_flight.extend(driver.take_messages());
         }
     }
 
@@ -153,20 +133,24 @@ impl Sim {
         for _ in 0..200 {
             self.round().await;
             if let Some(leader) = self.leader().filter(|l| Some(*l) != not) {
-                // Its own entry of the new term persisted: proposals land after it.
-                self.round().await;
                 return leader;
             }
         }
         panic!("no leader within 200 rounds");
     }
 
-    /// Proposes a batch on `leader` at the offset its log ends at (it has nothing
-    /// unpersisted between rounds).
-    async fn propose(&mut self, leader: u64, tag: u8) {
+    /// Proposes `count` batches on `leader` in one go (raft-rs holds them unpersisted
+    /// until the round); their offsets follow each other.
+    async fn propose(&mut self, leader: u64, tags: std::ops::Range<u8>) {
         let node = self.node(leader);
-        let offset = node.store().log().next_offset();
-        node.propose(Vec::new(), batch(offset, tag)).unwrap();
+        let mut expected = None;
+        for tag in tags {
+            let (offset, next) = node.propose(&batch(0, tag)).unwrap();
+            if let Some(expected) = expected {
+                assert_eq!(offset, expected, "contiguous offsets");
+            }
+            expected = Some(next);
+        }
         self.round().await;
     }
 
@@ -178,7 +162,7 @@ impl Sim {
         let entries = store
             .entries(first, last + 1, None, GetEntriesContext::empty(false))
             .unwrap();
-        (entries, node.raft.raft_log.committed)
+        (entries, node.committed())
     }
 
     async fn settle(&mut self) {
@@ -198,8 +182,8 @@ fn three_replicas_agree_and_a_returning_leader_loses_its_divergent_tail() {
         let root = tempfile::tempdir().unwrap();
         let mut sim = Sim::new(root.path()).await;
         let first = sim.until_leader(None).await;
-        for tag in 0..12 {
-            sim.propose(first, tag).await;
+        for tags in [0..1, 1..6, 6..12] {
+            sim.propose(first, tags).await;
         }
         sim.settle().await;
         let (reference, committed) = sim.log_of(first);
@@ -214,7 +198,7 @@ fn three_replicas_agree_and_a_returning_leader_loses_its_divergent_tail() {
 
         // The leader is cut off, then appends a batch nobody else gets: never committed.
         sim.cut = vec![first];
-        sim.propose(first, 0xee).await;
+        sim.propose(first, 0xee..0xef).await;
         let (tail, _) = sim.log_of(first);
         assert_eq!(
             tail.len(),
@@ -222,18 +206,24 @@ fn three_replicas_agree_and_a_returning_leader_loses_its_divergent_tail() {
             "appended on the old leader only"
         );
         let second = sim.until_leader(Some(first)).await;
-        for tag in 20..25 {
-            sim.propose(second, tag).await;
+        // The cut-off leader stepped down (check-quorum): it proposes nothing more.
+        let refused = sim.node(first).propose(&batch(0, 1));
+        assert!(
+            matches!(refused, Err(ProposeError::NotLeader { .. })),
+            "{refused:?}"
+        );
+        for tags in [20..22, 22..25] {
+            sim.propose(second, tags).await;
         }
         // The old leader stops (as a kill would) and comes back from its files.
         let dir = sim.replicas[first as usize - 1].dir.clone();
-        let old = sim.replicas[first as usize - 1].node.take().unwrap();
+        let old = sim.replicas[first as usize - 1].driver.take().unwrap();
         let log = old.store().log();
         drop(old);
         log.close().await.unwrap();
         sim.cut.clear();
         let back = Replica::start(&dir, first, false).await;
-        sim.replicas[first as usize - 1].node = Some(back);
+        sim.replicas[first as usize - 1].driver = Some(back);
         sim.settle().await;
 
         let (agreed, committed) = sim.log_of(second);
@@ -263,8 +253,14 @@ fn three_replicas_agree_and_a_returning_leader_loses_its_divergent_tail() {
         };
         let on_second = served(&mut sim, second);
         assert_eq!(on_second.len(), 12 + 5);
+        let end = sim.node(second).store().log().next_offset();
         for id in 1..=3 {
             assert_eq!(served(&mut sim, id), on_second, "replica {id}");
+            assert_eq!(
+                sim.node(id).high_watermark(),
+                end,
+                "replica {id}: all committed"
+            );
         }
     });
 }

@@ -56,6 +56,8 @@ pub enum ReplicaError {
     NotContiguous { first: u64, next: u64 },
     #[error("entry {index}: {reason}")]
     BadEntry { index: u64, reason: String },
+    #[error("raft: {reason}")]
+    Raft { reason: String },
     #[error("entry {index} of term {term} is older than the replica's newest epoch {epoch}")]
     TermMovedBack { index: u64, term: u64, epoch: u64 },
 }

@@ -1,0 +1,221 @@
+//! One replica of a replicated partition around raft-rs's `RawNode`, without I/O of its own
+//! besides its storage: the caller ticks it, steps what peers send, proposes client batches
+//! on the leader, runs [`ReplicaDriver::handle_ready`] and sends
+//! [`ReplicaDriver::take_messages`]. The owner core's task that does so, and the transport
+//! that carries the messages, come next (docs/REPLICATION.md).
+//!
+//! **Offsets are the leader's.** A proposed batch gets its offsets when it is proposed, in
+//! its header, so every replica stores the same bytes at the same offsets (a follower
+//! checks, it does not assign: `ReplicaStorage::append`). The leader's next offset is where
+//! its log ends plus what raft-rs holds that is not in the log yet (its unstable entries: a
+//! new leader's own entry, batches proposed since the last `handle_ready`); it is computed
+//! at each proposal, so it cannot drift from the log.
+//!
+//! **The high watermark** is the end offset of the last committed batch, as this replica
+//! knows the commit: readers and acknowledgements stop there (`acks=all`: a batch is
+//! acknowledged once the high watermark passes it).
+
+use raft::eraftpb::{Entry, Message};
+use raft::{Config, RawNode, StateRole, Storage};
+
+use super::storage::{ReplicaError, ReplicaStorage};
+use crate::protocol::record::BatchHeader;
+use crate::storage::index::stored_records;
+
+/// Why a batch was not proposed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProposeError {
+    #[error("this replica does not lead the partition; the leader is {leader:?}")]
+    NotLeader { leader: Option<u64> },
+    #[error("the batch does not decode: {reason}")]
+    BadBatch { reason: String },
+    #[error("raft refused the proposal: {reason}")]
+    Refused { reason: String },
+}
+
+/// A replica's Raft node over its partition log.
+pub struct ReplicaDriver {
+    raw: RawNode<ReplicaStorage>,
+    outbox: Vec<Message>,
+    high_watermark: u64,
+}
+
+impl ReplicaDriver {
+    /// The replica `id` of a group over `storage` (its voters set by
+    /// `ReplicaStorage::initialize` for a new group). `config` gives the timing; its id and
+    /// applied index are set here.
+    pub fn new(
+        id: u64,
+        storage: ReplicaStorage,
+        config: &Config,
+    ) -> Result<ReplicaDriver, ReplicaError> {
+        let commit = storage
+            .initial_state()
+            .map_err(raft_error)?
+            .hard_state
+            .commit;
+        let config = Config {
+            id,
+            // Nothing is applied apart from the log itself: the commit is the high
+            // watermark, so replaying committed entries after a restart is not needed.
+            applied: commit,
+            ..config.clone()
+        };
+        let logger = crate::cluster::raft_log::logger(0, id);
+        let raw = RawNode::new(&config, storage, &logger).map_err(raft_error)?;
+        let mut driver = ReplicaDriver {
+            raw,
+            outbox: Vec::new(),
+            high_watermark: 0,
+        };
+        driver.follow_commit();
+        Ok(driver)
+    }
+
+    pub fn store(&self) -> &ReplicaStorage {
+        self.raw.store()
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    /// The leader this replica knows of.
+    pub fn leader(&self) -> Option<u64> {
+        Some(self.raw.raft.leader_id).filter(|&l| l != 0)
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    /// The end offset of the last committed batch (see the module docs).
+    pub fn high_watermark(&self) -> u64 {
+        self.high_watermark
+    }
+
+    /// The commit index as this replica knows it.
+    pub fn committed(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    pub fn tick(&mut self) {
+        self.raw.tick();
+    }
+
+    /// Starts an election now (a new group's first replica, a planned transfer).
+    pub fn campaign(&mut self) -> Result<(), ReplicaError> {
+        self.raw.campaign().map_err(raft_error)
+    }
+
+    /// A message from a peer; one raft-rs refuses (a stale term) is its business.
+    pub fn step(&mut self, message: Message) -> Result<(), ReplicaError> {
+        self.raw.step(message).map_err(raft_error)
+    }
+
+    /// Proposes a client's batch on the leader: its header gets the offsets it will have
+    /// on every replica; returns its first offset and the offset after it.
+    pub fn propose(&mut self, batch: &[u8]) -> Result<(u64, u64), ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader {
+                leader: self.leader(),
+            });
+        }
+        let limits = Default::default();
+        let mut header =
+            BatchHeader::decode(batch, &limits).map_err(|e| ProposeError::BadBatch {
+                reason: e.to_string(),
+            })?;
+        let (records, control) = stored_records(header.record_count);
+        if control {
+            return Err(ProposeError::BadBatch {
+                reason: String::from("a client's batch cannot carry the control bit"),
+            });
+        }
+        let offset = self.next_offset();
+        header.offset = offset;
+        let mut bytes = batch.to_vec();
+        header.encode(&mut bytes);
+        self.raw
+            .propose(Vec::new(), bytes)
+            .map_err(|e| ProposeError::Refused {
+                reason: e.to_string(),
+            })?;
+        Ok((offset, offset + u64::from(records)))
+    }
+
+    /// Persists what raft-rs has ready (entries, then hard state) before the messages that
+    /// depend on it are queued, and follows the commit.
+    pub async fn handle_ready(&mut self) -> Result<(), ReplicaError> {
+        while self.raw.has_ready() {
+            let mut ready = self.raw.ready();
+            // A leader's appends to followers go out before its own write (Raft allows it).
+            self.outbox.extend(ready.take_messages());
+            self.raw.store().append(ready.entries()).await?;
+            if let Some(hard) = ready.hs() {
+                self.raw.store().set_state(hard, None)?;
+            }
+            self.outbox.extend(ready.take_persisted_messages());
+            let mut light = self.raw.advance(ready);
+            if let Some(commit) = light.commit_index() {
+                let mut hard = self
+                    .raw
+                    .store()
+                    .initial_state()
+                    .map_err(raft_error)?
+                    .hard_state;
+                hard.commit = commit;
+                self.raw.store().set_state(&hard, None)?;
+            }
+            self.outbox.extend(light.take_messages());
+            self.raw.advance_apply();
+            self.follow_commit();
+        }
+        Ok(())
+    }
+
+    /// Messages to send to peers (each names its `to`).
+    pub fn take_messages(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.outbox)
+    }
+
+    /// Where the next proposed batch starts: the log's end plus raft-rs's entries not in
+    /// the log yet.
+    fn next_offset(&self) -> u64 {
+        let pending: u64 = self
+            .raw
+            .raft
+            .raft_log
+            .unstable
+            .entries
+            .iter()
+            .map(records_of)
+            .sum();
+        self.raw.store().log().next_offset() + pending
+    }
+
+    /// Moves the high watermark to the end of the committed batch this log holds.
+    fn follow_commit(&mut self) {
+        let commit = self.committed();
+        let log = self.raw.store().log();
+        if let Some(entry) = log.offset_of_raft_index(commit) {
+            self.high_watermark = self.high_watermark.max(entry.next_offset);
+        }
+    }
+}
+
+/// Offsets an entry takes in the log: a batch its records, any other entry one (a control
+/// batch).
+fn records_of(entry: &Entry) -> u64 {
+    if entry.data.is_empty() || entry.get_entry_type() != raft::eraftpb::EntryType::EntryNormal {
+        return 1;
+    }
+    BatchHeader::decode(&entry.data, &Default::default())
+        .map_or(1, |h| u64::from(stored_records(h.record_count).0))
+}
+
+fn raft_error(e: raft::Error) -> ReplicaError {
+    ReplicaError::Raft {
+        reason: e.to_string(),
+    }
+}
