@@ -194,13 +194,15 @@ impl ReplicaDriver {
         self.raw.store().log().next_offset() + pending
     }
 
-    /// Moves the high watermark to the end of the committed batch this log holds.
+    /// Moves the high watermark to the end of the committed batch this log holds, and
+    /// caps the log's readers there.
     fn follow_commit(&mut self) {
         let commit = self.committed();
         let log = self.raw.store().log();
         if let Some(entry) = log.offset_of_raft_index(commit) {
             self.high_watermark = self.high_watermark.max(entry.next_offset);
         }
+        log.set_commit_cap(self.high_watermark);
     }
 }
 

@@ -172,6 +172,20 @@ impl Sim {
     }
 }
 
+/// What readers of replica `id` are served: each batch's offset and bytes.
+fn served(sim: &mut Sim, id: u64) -> Vec<(u64, Bytes)> {
+    let log = sim.node(id).store().log();
+    let mut out = Vec::new();
+    let mut offset = 0;
+    loop {
+        let read = log.read(offset, 1 << 20).unwrap();
+        let Some(last) = read.last() else { break };
+        offset = last.entry.next_offset();
+        out.extend(read.iter().map(|b| (b.entry.offset, b.bytes.clone())));
+    }
+    out
+}
+
 fn data(entries: &[Entry]) -> Vec<Bytes> {
     entries.iter().map(|e| e.data.clone()).collect()
 }
@@ -205,8 +219,17 @@ fn three_replicas_agree_and_a_returning_leader_loses_its_divergent_tail() {
             reference.len() + 1,
             "appended on the old leader only"
         );
+        // Uncommitted, it is not served, not even by the replica that holds it.
+        assert_eq!(served(&mut sim, first).len(), 12);
         let second = sim.until_leader(Some(first)).await;
-        // The cut-off leader stepped down (check-quorum): it proposes nothing more.
+        // The cut-off leader steps down within an election timeout or two (check-quorum)
+        // and proposes nothing more.
+        for _ in 0..40 {
+            if !sim.node(first).is_leader() {
+                break;
+            }
+            sim.round().await;
+        }
         let refused = sim.node(first).propose(&batch(0, 1));
         assert!(
             matches!(refused, Err(ProposeError::NotLeader { .. })),
@@ -239,18 +262,6 @@ fn three_replicas_agree_and_a_returning_leader_loses_its_divergent_tail() {
             assert_eq!(commit, committed, "replica {id}");
         }
         // Readers of every replica see the same batches at the same offsets.
-        let served = |sim: &mut Sim, id: u64| -> Vec<(u64, Bytes)> {
-            let log = sim.node(id).store().log();
-            let mut out = Vec::new();
-            let mut offset = 0;
-            loop {
-                let read = log.read(offset, 1 << 20).unwrap();
-                let Some(last) = read.last() else { break };
-                offset = last.entry.next_offset();
-                out.extend(read.iter().map(|b| (b.entry.offset, b.bytes.clone())));
-            }
-            out
-        };
         let on_second = served(&mut sim, second);
         assert_eq!(on_second.len(), 12 + 5);
         let end = sim.node(second).store().log().next_offset();

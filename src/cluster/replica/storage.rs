@@ -160,7 +160,12 @@ impl ReplicaStorage {
             .offset_of_raft_index(index)
             .expect("a held index: checked against the log's range")
             .offset;
+        let cap = log.commit_cap();
         let cut = log.truncate_to(at).await?;
+        // Only uncommitted batches are cut, so the cap is at or below the cut.
+        if let Some(cap) = cap {
+            cut.set_commit_cap(cap.min(at));
+        }
         *self.log.borrow_mut() = cut;
         self.epochs
             .borrow_mut()

@@ -131,6 +131,53 @@ fn entries_read_back_as_appended_and_after_a_reopen() {
 }
 
 #[test]
+fn readers_stop_at_the_commit_cap_and_a_cut_keeps_it() {
+    run(async || {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = open(dir.path()).await;
+        storage.append(&entries()).await.unwrap();
+        let log = storage.log();
+        assert_eq!(log.high_watermark(), 5, "no cap before a driver sets one");
+        log.set_commit_cap(3);
+        assert_eq!(log.high_watermark(), 3);
+        let served: Vec<u64> = log
+            .read(0, 1 << 20)
+            .unwrap()
+            .iter()
+            .map(|b| b.entry.offset)
+            .collect();
+        assert_eq!(served, [1], "the batch at 4 is not committed");
+        // A cut of the uncommitted tail keeps the cap on the reopened log.
+        storage
+            .append(&[normal(4, 3, batch(4, 0xc, 1))])
+            .await
+            .unwrap();
+        assert_eq!(storage.log().commit_cap(), Some(3));
+        storage.log().set_commit_cap(4);
+        assert_eq!(storage.log().high_watermark(), 4);
+    });
+}
+
+#[test]
+fn a_commit_cap_moving_back_is_a_bug_that_stops() {
+    run(async || {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = open(dir.path()).await;
+        storage.append(&entries()).await.unwrap();
+        let log = storage.log();
+        log.set_commit_cap(4);
+        let back = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.set_commit_cap(2)));
+        let message = back.unwrap_err();
+        let message = message
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(message.contains("the commit only grows"), "{message}");
+        assert_eq!(log.high_watermark(), 4, "unchanged");
+    });
+}
+
+#[test]
 fn a_conflicting_tail_is_cut_from_the_log_and_the_epochs() {
     run(async || {
         let dir = tempfile::tempdir().unwrap();

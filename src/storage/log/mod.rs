@@ -168,6 +168,9 @@ pub struct PartitionLog {
     writer_setup: crate::storage::segment::WriterSetup,
     /// The log start a client moved it to (see [`start`]), 0 if none.
     start_floor: Cell<u64>,
+    /// A replicated partition's Raft commit, as the end offset of the last committed batch:
+    /// readers stop there ([`PartitionLog::set_commit_cap`]). `None`: no cap.
+    commit_cap: Cell<Option<u64>>,
     /// Serializes moves of the start.
     start_lock: glommio::sync::Semaphore,
 }
@@ -239,6 +242,7 @@ impl PartitionLog {
             spare: Rc::new(Cell::new(spare::Spare::Absent)),
             writer_setup,
             start_floor: Cell::new(start_floor),
+            commit_cap: Cell::new(None),
             start_lock: glommio::sync::Semaphore::new(1),
         });
         // A start past the end (the data it followed lost in a power cut under a lax fsync
@@ -281,13 +285,39 @@ impl PartitionLog {
         self.stats.set(stats);
     }
 
-    /// Offsets below this are visible to readers.
+    /// Offsets below this are visible to readers: what is acknowledged per the fsync
+    /// policy, and in a replicated partition no further than the Raft commit.
     pub fn high_watermark(&self) -> u64 {
         let st = self.state.borrow();
-        match self.config.fsync {
+        let acknowledged = match self.config.fsync {
             FsyncPolicy::Always => st.durable_offset,
             _ => st.written_offset,
+        };
+        match self.commit_cap.get() {
+            Some(cap) => acknowledged.min(cap),
+            None => acknowledged,
         }
+    }
+
+    /// A replica's driver: readers (fetches, time lookups, compaction, moves of the start)
+    /// go no further than `offset`, the end of the last committed batch, from now on; long
+    /// polls are woken. The commit only grows, and never past the log's end.
+    pub fn set_commit_cap(&self, offset: u64) {
+        let old = self.commit_cap.get();
+        assert!(
+            old.is_none_or(|old| offset >= old),
+            "the commit only grows: {offset} after {old:?}"
+        );
+        assert!(offset <= self.next_offset(), "committed past the log's end");
+        if old != Some(offset) {
+            self.commit_cap.set(Some(offset));
+            self.progress.notify_all();
+        }
+    }
+
+    /// The cap [`PartitionLog::set_commit_cap`] set, if any.
+    pub fn commit_cap(&self) -> Option<u64> {
+        self.commit_cap.get()
     }
 
     /// First offset still in the log: the base of the oldest segment, or the start a
