@@ -67,6 +67,9 @@ pub enum CutReason {
     TornBatch { position: u64 },
     /// A header failed validation (bad magic, oversized key or payload).
     BadHeader { position: u64, error: RecordError },
+    /// The control bit (`index::CONTROL_BIT`) with a count other than 1: no broker stores
+    /// such a header.
+    BadRecordCount { position: u64, record_count: u32 },
     /// The batch's offset does not continue the previous one.
     OffsetGap {
         position: u64,
@@ -225,8 +228,16 @@ pub fn scan_sparse_segment(
             break;
         }
         // A control batch's count carries the control bit (`index::CONTROL_BIT`).
-        let (records, control) = stored_records(header.record_count);
-        if header.offset.checked_add(u64::from(records)).is_none() {
+        let Some(records) = stored_records(header.record_count) else {
+            cut = Some(CutReason::BadRecordCount {
+                position: at,
+                record_count: header.record_count,
+            });
+            break;
+        };
+        let control = records & crate::storage::index::CONTROL_BIT != 0;
+        let offsets = records & !crate::storage::index::CONTROL_BIT;
+        if header.offset.checked_add(u64::from(offsets)).is_none() {
             cut = Some(CutReason::OffsetOverflow {
                 position: at,
                 offset: header.offset,
@@ -252,7 +263,6 @@ pub fn scan_sparse_segment(
             records,
             crc: record::batch_crc(batch),
             format,
-            control,
         };
         match slot(entries.len()) {
             // Compaction leaves offset gaps inside a segment; an entry that matches the bytes
@@ -330,7 +340,6 @@ mod tests {
                 records: (*count).max(1),
                 crc: record::batch_crc(&batch),
                 format: record::BatchFormat::Native,
-                control: false,
             };
             let mut slot = [0u8; ENTRY_LEN];
             entry.encode(&mut slot);

@@ -158,7 +158,11 @@ fn a_plain_partition_has_no_raft_files_and_opens_unchanged() {
     run(async move || {
         let log = PartitionLog::open(&p, config()).await.unwrap();
         let mut offsets = Vec::new();
-        append(&log, 30, &mut offsets).await;
+        // Client batches only: a plain log takes no control batch.
+        for i in 0..30u32 {
+            let batch = encode_batch(u64::from(i) + 1, b"k", &[i as u8; 60], 1);
+            offsets.push(log.append(&batch, None).await.unwrap().base_offset);
+        }
         let bases = segment_bases(&log);
         assert!(bases.len() >= 3);
         assert!(!log.is_raft_indexed());
