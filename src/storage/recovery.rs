@@ -345,7 +345,7 @@ mod tests {
             entry.encode(&mut slot);
             idx.extend_from_slice(&slot);
             wal.extend_from_slice(&batch);
-            offset = offset.wrapping_add(u64::from((*count).max(1)));
+            offset = offset.wrapping_add(u64::from(entry.offsets()));
         }
         (wal, idx)
     }
@@ -391,6 +391,31 @@ mod tests {
         let out = scan_segment(0, &wal, Some(&idx), &Limits::default());
         assert!(matches!(out.cut, Some(CutReason::BadHeader { .. })));
         assert_eq!(out.zero_tail_bytes, 0);
+    }
+
+    /// A control batch's header (count `0x8000_0001`) rebuilds a control entry of one
+    /// offset; any other count with the control bit is cut: no broker stores it.
+    #[test]
+    fn the_control_bit_in_a_header() {
+        use crate::storage::index::CONTROL_RECORD_COUNT;
+        let (wal, _) = segment(&[(b"a", 2), (b"conf", CONTROL_RECORD_COUNT), (b"b", 1)], 5);
+        let out = scan_segment(5, &wal, None, &Limits::default());
+        assert_eq!(out.cut, None);
+        let offsets: Vec<(u64, bool)> = out
+            .entries
+            .iter()
+            .map(|e| (e.offset, e.is_control()))
+            .collect();
+        assert_eq!(offsets, [(5, false), (7, true), (8, false)]);
+        assert_eq!(out.next_offset, 9);
+        let (wal, _) = segment(&[(b"a", 2), (b"x", CONTROL_RECORD_COUNT + 1)], 5);
+        let out = scan_segment(5, &wal, None, &Limits::default());
+        assert_eq!(out.entries.len(), 1);
+        assert!(
+            matches!(out.cut, Some(CutReason::BadRecordCount { record_count, .. }) if record_count == CONTROL_RECORD_COUNT + 1),
+            "{:?}",
+            out.cut
+        );
     }
 
     #[test]
