@@ -1,6 +1,8 @@
 //! Hot paths of the storage engine: the 29-byte header codec, CRC32C of a batch, index
-//! lookups in a real mmapped `.idx`, and `PartitionLog::append` throughput on the real disk
-//! under each fsync policy with 1 and 16 concurrent appenders (what group commit buys).
+//! lookups in a real mmapped `.idx`, read plans over a log of small batches (plain and
+//! replicated, whose plans look for control batches), and `PartitionLog::append`
+//! throughput on the real disk under each fsync policy with 1 and 16 concurrent appenders
+//! (what group commit buys).
 //!
 //! Run with `cargo bench --bench storage`. Scratch files go to a temporary directory under
 //! `$CARGO_TARGET_DIR` (or `target/`), never tmpfs, so fsync costs are those of the disk.
