@@ -1,6 +1,8 @@
 //! Hot paths of the storage engine: the 29-byte header codec, CRC32C of a batch, index
-//! lookups in a real mmapped `.idx`, and `PartitionLog::append` throughput on the real disk
-//! under each fsync policy with 1 and 16 concurrent appenders (what group commit buys).
+//! lookups in a real mmapped `.idx`, read plans over a log of small batches (plain and
+//! replicated, whose plans look for control batches), and `PartitionLog::append`
+//! throughput on the real disk under each fsync policy with 1 and 16 concurrent appenders
+//! (what group commit buys).
 //!
 //! Run with `cargo bench --bench storage`. Scratch files go to a temporary directory under
 //! `$CARGO_TARGET_DIR` (or `target/`), never tmpfs, so fsync costs are those of the disk.
@@ -120,7 +122,6 @@ fn index_lookup(c: &mut Criterion) {
             records: RECORDS_PER_BATCH,
             crc: rng.next() as u32,
             format: pagurus::protocol::record::BatchFormat::Native,
-            control: false,
         });
         offset += u64::from(RECORDS_PER_BATCH);
         position = position.wrapping_add(batch_len);
@@ -269,7 +270,9 @@ const READ_PLAN_BYTES: u64 = 64 * 1024;
 
 /// Opens a log of `READ_PLAN_BATCHES` small batches (untimed) and returns the time `iters`
 /// read plans from random offsets take.
-fn timed_read_plans(iters: u64) -> Duration {
+/// `replicated`: a replicated partition's log (`open_raft`), whose plans check every batch
+/// for a control flag; there is none in it, the common case.
+fn timed_read_plans(iters: u64, replicated: bool) -> Duration {
     let scratch = scratch_root();
     LocalExecutorBuilder::default()
         .name("read-plan-bench")
@@ -279,9 +282,12 @@ fn timed_read_plans(iters: u64) -> Duration {
                 fsync: FsyncPolicy::Never,
                 ..LogConfig::default()
             };
-            let log = PartitionLog::open(dir.path().join("p"), config)
-                .await
-                .unwrap();
+            let path = dir.path().join("p");
+            let log = if replicated {
+                PartitionLog::open_raft(path, config, 1).await.unwrap()
+            } else {
+                PartitionLog::open(path, config).await.unwrap()
+            };
             let batch = encode_batch(0, KEY, &[0x5a; 100], 1);
             for _ in 0..READ_PLAN_BATCHES {
                 // Staged only: the sync below writes them all at once.
@@ -311,10 +317,27 @@ fn timed_read_plans(iters: u64) -> Duration {
         .expect("the bench executor ran")
 }
 
+/// With `READ_PLAN_ITERS=N` set, the read-plan bench runs exactly N plans once and prints
+/// the time, for counting instructions (`perf stat`) on a loaded machine, where wall time
+/// is noise: run it with N and 2N, and the difference is N plans' worth.
 fn read_plan(c: &mut Criterion) {
+    if let Some(iters) = std::env::var("READ_PLAN_ITERS")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        let replicated = std::env::var_os("READ_PLAN_REPLICATED").is_some();
+        let took = timed_read_plans(iters, replicated);
+        println!("read_plan fixed (replicated: {replicated}): {iters} plans in {took:?}");
+        return;
+    }
     let mut group = c.benchmark_group("read_plan_20k_small");
     group.sample_size(20).throughput(Throughput::Elements(1));
-    group.bench_function("64KiB_random", |b| b.iter_custom(timed_read_plans));
+    group.bench_function("64KiB_random", |b| {
+        b.iter_custom(|iters| timed_read_plans(iters, false))
+    });
+    group.bench_function("64KiB_random_replicated", |b| {
+        b.iter_custom(|iters| timed_read_plans(iters, true))
+    });
     group.finish();
 }
 

@@ -36,14 +36,16 @@ pub const CONTROL_BIT: u32 = 1 << 31;
 /// The record count a control batch's header carries: one offset, and the control bit.
 pub const CONTROL_RECORD_COUNT: u32 = CONTROL_BIT | 1;
 
-/// Offsets a stored batch takes and whether it is a control batch, from the record count
-/// of its header (or the `records` field of its entry): 0 is read as 1, and the control
-/// bit is not a count.
-pub fn stored_records(record_count: u32) -> (u32, bool) {
-    (
-        (record_count & !CONTROL_BIT).max(1),
-        record_count & CONTROL_BIT != 0,
-    )
+/// The `records` field of the entry of a stored batch whose header carries
+/// `record_count`: the offsets it takes (0 read as 1), or [`CONTROL_RECORD_COUNT`] as it is
+/// for a control batch. `None` for a header no broker stores (the control bit with a count
+/// other than 1).
+pub fn stored_records(record_count: u32) -> Option<u32> {
+    match record_count {
+        CONTROL_RECORD_COUNT => Some(CONTROL_RECORD_COUNT),
+        count if count & CONTROL_BIT != 0 => None,
+        count => Some(count.max(1)),
+    }
 }
 
 /// Bytes per index entry.
@@ -56,19 +58,30 @@ pub struct IndexEntry {
     pub max_timestamp_ns: u64,
     pub position: u32,
     pub length: u32,
+    /// As stored: the offsets the batch takes, or [`CONTROL_RECORD_COUNT`] for a control
+    /// batch. Kept raw so that decoding an entry costs what it did before control batches
+    /// (read plans decode hundreds per call); [`IndexEntry::offsets`] and
+    /// [`IndexEntry::is_control`] read it.
     pub records: u32,
     pub crc: u32,
     /// What the payload is; stored in the top bit of `length`.
     pub format: BatchFormat,
-    /// A control batch (see [`CONTROL_BIT`]); stored in the top bit of `records`, and
-    /// `records` is then 1.
-    pub control: bool,
 }
 
 impl IndexEntry {
     /// Offset after the last record of this batch.
     pub fn next_offset(&self) -> u64 {
-        self.offset + u64::from(self.records)
+        self.offset + u64::from(self.offsets())
+    }
+
+    /// Offsets the batch takes (1 for a control batch).
+    pub fn offsets(&self) -> u32 {
+        self.records & !CONTROL_BIT
+    }
+
+    /// A control batch (see [`CONTROL_BIT`]), never served to readers.
+    pub fn is_control(&self) -> bool {
+        self.records & CONTROL_BIT != 0
     }
 
     /// Byte position after this batch in the `.wal`.
@@ -89,13 +102,7 @@ impl IndexEntry {
             BatchFormat::Kafka => self.length | KAFKA_FORMAT_BIT,
         };
         out[20..24].copy_from_slice(&length.to_le_bytes());
-        debug_assert!(self.records < CONTROL_BIT, "staging refuses such counts");
-        let records = if self.control {
-            self.records | CONTROL_BIT
-        } else {
-            self.records
-        };
-        out[24..28].copy_from_slice(&records.to_le_bytes());
+        out[24..28].copy_from_slice(&self.records.to_le_bytes());
         out[28..32].copy_from_slice(&self.crc.to_le_bytes());
     }
 
@@ -107,14 +114,13 @@ impl IndexEntry {
             max_timestamp_ns: u64_at(8),
             position: u32_at(16),
             length: u32_at(20) & !KAFKA_FORMAT_BIT,
-            records: u32_at(24) & !CONTROL_BIT,
+            records: u32_at(24),
             crc: u32_at(28),
             format: if u32_at(20) & KAFKA_FORMAT_BIT != 0 {
                 BatchFormat::Kafka
             } else {
                 BatchFormat::Native
             },
-            control: u32_at(24) & CONTROL_BIT != 0,
         }
     }
 
@@ -348,7 +354,6 @@ mod tests {
             records: 3,
             crc: 0xdead_beef,
             format: BatchFormat::Kafka,
-            control: false,
         };
         let mut buf = [0u8; ENTRY_LEN];
         e.encode(&mut buf);
@@ -357,17 +362,24 @@ mod tests {
         assert!(IndexEntry::is_empty_slot(&[0u8; ENTRY_LEN]));
         // A control entry: one offset, the flag in the top bit of `records`.
         let control = IndexEntry {
-            records: 1,
-            control: true,
+            records: CONTROL_RECORD_COUNT,
             format: BatchFormat::Native,
             ..e
         };
         control.encode(&mut buf);
         assert_eq!(buf[24..28], CONTROL_RECORD_COUNT.to_le_bytes());
         assert_eq!(IndexEntry::decode(&buf), control);
-        assert_eq!(control.next_offset(), e.offset + 1);
-        assert_eq!(stored_records(CONTROL_RECORD_COUNT), (1, true));
-        assert_eq!(stored_records(0), (1, false));
+        assert!(control.is_control() && !e.is_control());
+        assert_eq!(
+            (control.offsets(), control.next_offset()),
+            (1, e.offset + 1)
+        );
+        assert_eq!(
+            stored_records(CONTROL_RECORD_COUNT),
+            Some(CONTROL_RECORD_COUNT)
+        );
+        assert_eq!(stored_records(0), Some(1));
+        assert_eq!(stored_records(CONTROL_BIT | 2), None);
     }
 
     #[test]
@@ -395,7 +407,6 @@ mod tests {
                 records,
                 crc: 0,
                 format: BatchFormat::Native,
-                control: false,
             });
             offset += u64::from(records);
             position += 40;

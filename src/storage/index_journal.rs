@@ -214,7 +214,6 @@ mod tests {
             records: 1,
             crc: 0xdead_0000 + i as u32,
             format: Default::default(),
-            control: false,
         }
     }
 

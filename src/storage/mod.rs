@@ -184,6 +184,9 @@ pub enum StorageError {
     /// (`index::CONTROL_BIT`); a client's batch never carries it.
     #[error("a batch's record count must be below 2^31, not {record_count}")]
     RecordCount { record_count: u32 },
+    /// Control batches (Raft's own entries) belong in a replicated partition's log only.
+    #[error("control batches are stored only in a replicated partition's log")]
+    NotReplicated,
     #[error("batch header says {header_bytes} bytes but {given_bytes} were given")]
     BatchLength {
         header_bytes: usize,

@@ -67,6 +67,9 @@ pub enum CutReason {
     TornBatch { position: u64 },
     /// A header failed validation (bad magic, oversized key or payload).
     BadHeader { position: u64, error: RecordError },
+    /// The control bit (`index::CONTROL_BIT`) with a count other than 1: no broker stores
+    /// such a header.
+    BadRecordCount { position: u64, record_count: u32 },
     /// The batch's offset does not continue the previous one.
     OffsetGap {
         position: u64,
@@ -225,8 +228,16 @@ pub fn scan_sparse_segment(
             break;
         }
         // A control batch's count carries the control bit (`index::CONTROL_BIT`).
-        let (records, control) = stored_records(header.record_count);
-        if header.offset.checked_add(u64::from(records)).is_none() {
+        let Some(records) = stored_records(header.record_count) else {
+            cut = Some(CutReason::BadRecordCount {
+                position: at,
+                record_count: header.record_count,
+            });
+            break;
+        };
+        let control = records & crate::storage::index::CONTROL_BIT != 0;
+        let offsets = records & !crate::storage::index::CONTROL_BIT;
+        if header.offset.checked_add(u64::from(offsets)).is_none() {
             cut = Some(CutReason::OffsetOverflow {
                 position: at,
                 offset: header.offset,
@@ -252,7 +263,6 @@ pub fn scan_sparse_segment(
             records,
             crc: record::batch_crc(batch),
             format,
-            control,
         };
         match slot(entries.len()) {
             // Compaction leaves offset gaps inside a segment; an entry that matches the bytes
@@ -330,13 +340,12 @@ mod tests {
                 records: (*count).max(1),
                 crc: record::batch_crc(&batch),
                 format: record::BatchFormat::Native,
-                control: false,
             };
             let mut slot = [0u8; ENTRY_LEN];
             entry.encode(&mut slot);
             idx.extend_from_slice(&slot);
             wal.extend_from_slice(&batch);
-            offset = offset.wrapping_add(u64::from((*count).max(1)));
+            offset = offset.wrapping_add(u64::from(entry.offsets()));
         }
         (wal, idx)
     }
@@ -382,6 +391,31 @@ mod tests {
         let out = scan_segment(0, &wal, Some(&idx), &Limits::default());
         assert!(matches!(out.cut, Some(CutReason::BadHeader { .. })));
         assert_eq!(out.zero_tail_bytes, 0);
+    }
+
+    /// A control batch's header (count `0x8000_0001`) rebuilds a control entry of one
+    /// offset; any other count with the control bit is cut: no broker stores it.
+    #[test]
+    fn the_control_bit_in_a_header() {
+        use crate::storage::index::CONTROL_RECORD_COUNT;
+        let (wal, _) = segment(&[(b"a", 2), (b"conf", CONTROL_RECORD_COUNT), (b"b", 1)], 5);
+        let out = scan_segment(5, &wal, None, &Limits::default());
+        assert_eq!(out.cut, None);
+        let offsets: Vec<(u64, bool)> = out
+            .entries
+            .iter()
+            .map(|e| (e.offset, e.is_control()))
+            .collect();
+        assert_eq!(offsets, [(5, false), (7, true), (8, false)]);
+        assert_eq!(out.next_offset, 9);
+        let (wal, _) = segment(&[(b"a", 2), (b"x", CONTROL_RECORD_COUNT + 1)], 5);
+        let out = scan_segment(5, &wal, None, &Limits::default());
+        assert_eq!(out.entries.len(), 1);
+        assert!(
+            matches!(out.cut, Some(CutReason::BadRecordCount { record_count, .. }) if record_count == CONTROL_RECORD_COUNT + 1),
+            "{:?}",
+            out.cut
+        );
     }
 
     #[test]

@@ -20,7 +20,7 @@ use raft::{Config, RawNode, StateRole, Storage};
 
 use super::storage::{ReplicaError, ReplicaStorage};
 use crate::protocol::record::BatchHeader;
-use crate::storage::index::stored_records;
+use crate::storage::index::CONTROL_BIT;
 
 /// Why a batch was not proposed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -126,12 +126,12 @@ impl ReplicaDriver {
             BatchHeader::decode(batch, &limits).map_err(|e| ProposeError::BadBatch {
                 reason: e.to_string(),
             })?;
-        let (records, control) = stored_records(header.record_count);
-        if control {
+        if header.record_count & CONTROL_BIT != 0 {
             return Err(ProposeError::BadBatch {
                 reason: String::from("a client's batch cannot carry the control bit"),
             });
         }
+        let records = header.record_count.max(1);
         let offset = self.next_offset();
         header.offset = offset;
         let mut bytes = batch.to_vec();
@@ -213,7 +213,7 @@ fn records_of(entry: &Entry) -> u64 {
         return 1;
     }
     BatchHeader::decode(&entry.data, &Default::default())
-        .map_or(1, |h| u64::from(stored_records(h.record_count).0))
+        .map_or(1, |h| u64::from((h.record_count & !CONTROL_BIT).max(1)))
 }
 
 fn raft_error(e: raft::Error) -> ReplicaError {

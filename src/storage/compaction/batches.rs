@@ -154,8 +154,7 @@ pub(super) fn check_batch(
     let header = record::check(batch, limits).map_err(|_| corrupt())?;
     if header.offset != entry.offset
         || header.batch_len() != batch.len()
-        || crate::storage::index::stored_records(header.record_count)
-            != (entry.records, entry.control)
+        || crate::storage::index::stored_records(header.record_count) != Some(entry.records)
         || record::batch_crc(batch) != entry.crc
     {
         return Err(corrupt());

@@ -381,7 +381,7 @@ impl PartitionLog {
             let result = self
                 .for_each_batch(&file, snap, &log_limits, |entry, key| {
                     // Raft's own entries carry no client key and are always kept.
-                    if !entry.control {
+                    if !entry.is_control() {
                         map.note(key, entry.offset)
                     }
                 })

@@ -157,7 +157,7 @@ impl PartitionLog {
                 for (entry, batch) in run.batches() {
                     let header = check_batch(entry, batch, limits)?;
                     if entry.offset != last_offset
-                        && !entry.control
+                        && !entry.is_control()
                         && map.superseded(key_of(&header, batch), entry.offset)
                     {
                         continue;
@@ -172,7 +172,6 @@ impl PartitionLog {
                         records: entry.records,
                         crc: entry.crc,
                         format: entry.format,
-                        control: entry.control,
                     };
                     let mut slot = [0u8; ENTRY_LEN];
                     kept.encode(&mut slot);

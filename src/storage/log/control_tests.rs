@@ -1,5 +1,6 @@
-//! Control batches on real files: never served, kept through a reopen, a rebuild of the
-//! index from the `.wal`, and compaction; a client's batch cannot pose as one.
+//! Control batches on real files (in replicated partitions' logs, the only ones that take
+//! them): never served, kept through a reopen, a rebuild of the index from the `.wal`, and
+//! compaction; a client's batch cannot pose as one.
 
 use std::path::Path;
 use std::rc::Rc;
@@ -45,7 +46,7 @@ fn served(log: &PartitionLog, mut offset: u64) -> (Vec<(u64, u8)>, Vec<u64>) {
         starts.push(read[0].entry.offset);
         offset = last.entry.next_offset();
         for batch in &read {
-            assert!(!batch.entry.control, "a control batch was served");
+            assert!(!batch.entry.is_control(), "a control batch was served");
             let header = BatchHeader::decode(&batch.bytes, &Default::default()).unwrap();
             batches.push((header.offset, *batch.bytes.last().unwrap()));
         }
@@ -88,11 +89,11 @@ fn control_batches_are_never_served_and_survive_a_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p");
     run(async move || {
-        let log = PartitionLog::open(&path, config()).await.unwrap();
+        let log = PartitionLog::open_raft(&path, config(), 1).await.unwrap();
         fill(&log).await;
         check_served(&log);
         log.close().await.unwrap();
-        let log = PartitionLog::open(&path, config()).await.unwrap();
+        let log = PartitionLog::open_raft(&path, config(), 1).await.unwrap();
         check_served(&log);
         log.close().await.unwrap();
     });
@@ -105,11 +106,11 @@ fn a_rebuilt_index_keeps_the_control_flag() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p");
     run(async move || {
-        let log = PartitionLog::open(&path, config()).await.unwrap();
+        let log = PartitionLog::open_raft(&path, config(), 1).await.unwrap();
         fill(&log).await;
         log.close().await.unwrap();
         cut_index(&path, 0);
-        let log = PartitionLog::open(&path, config()).await.unwrap();
+        let log = PartitionLog::open_raft(&path, config(), 1).await.unwrap();
         check_served(&log);
         log.close().await.unwrap();
     });
@@ -131,7 +132,7 @@ fn a_client_batch_cannot_carry_the_control_bit() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("p");
     run(async move || {
-        let log = PartitionLog::open(&path, config()).await.unwrap();
+        let log = PartitionLog::open_raft(&path, config(), 1).await.unwrap();
         let batch = encode_batch(1, b"", b"x", crate::storage::index::CONTROL_RECORD_COUNT);
         let refused = log.append(&batch, None).await;
         assert!(
@@ -139,6 +140,18 @@ fn a_client_batch_cannot_carry_the_control_bit() {
             "{refused:?}"
         );
         assert_eq!(log.next_offset(), 0, "nothing was staged");
+        log.close().await.unwrap();
+        // A plain partition takes no control batch: its reads never look for one.
+        let plain = PartitionLog::open(path.with_extension("plain"), config())
+            .await
+            .unwrap();
+        assert!(matches!(
+            plain.append_control(b"conf").await,
+            Err(StorageError::NotReplicated)
+        ));
+        assert_eq!(plain.next_offset(), 0);
+        plain.close().await.unwrap();
+        let log = PartitionLog::open_raft(&path, config(), 1).await.unwrap();
         // A control payload over the limit is refused before it is copied.
         let big = vec![0u8; log.config().limits.max_payload_bytes as usize + 1];
         assert!(matches!(
@@ -160,7 +173,9 @@ fn compaction_keeps_control_batches() {
             segment_bytes: 200,
             ..config()
         };
-        let log = PartitionLog::open(&path, config.clone()).await.unwrap();
+        let log = PartitionLog::open_raft(&path, config.clone(), 1)
+            .await
+            .unwrap();
         client(&log, b"k", 1, 1).await;
         log.append_control(b"c1").await.unwrap();
         client(&log, b"k", 2, 1).await;
@@ -182,13 +197,13 @@ fn compaction_keeps_control_batches() {
                 .all()
                 .iter()
                 .flat_map(|s| (0..s.entries()).map(move |i| s.entry(i)))
-                .filter(|e| e.control)
+                .filter(|e| e.is_control())
                 .map(|e| e.offset)
                 .collect()
         });
         assert_eq!(controls, [1, 3]);
         log.close().await.unwrap();
-        let log = PartitionLog::open(&path, config).await.unwrap();
+        let log = PartitionLog::open_raft(&path, config, 1).await.unwrap();
         assert_eq!(served(&log, 0).0, batches);
         log.close().await.unwrap();
     });

@@ -72,7 +72,7 @@ impl PartitionLog {
                 segment_base_offset: segment.base_offset,
                 position: u64::from(entry.position),
                 length: entry.length,
-                control: entry.control,
+                control: entry.is_control(),
             }
         })
     }

@@ -70,30 +70,19 @@ impl PartitionLog {
         let first = st.segments.position_for(offset);
         for segment in &st.segments.all()[first..] {
             let visible = segment.index().entries_below(high_watermark);
-            let Some(mut start) = segment.index().find_offset(offset, visible) else {
+            let Some(start) = segment.index().find_offset(offset, visible) else {
                 continue;
             };
-            // A control batch (Raft's own entry) is never served: a plan that would start
-            // at one starts after it, and one that reaches one stops before it. They are
-            // rare, so the common plan pays one test of a decoded flag per batch.
-            while start < visible && segment.entry(start).control {
-                start += 1;
-            }
-            if start == visible {
+            // Only a replicated partition's segments hold control batches (Raft's own
+            // entries, never served): the plan of any other pays nothing for them.
+            let planned = if segment.raft_base.is_some() {
+                plan_batches::<true>(segment, start, visible, max_bytes)
+            } else {
+                plan_batches::<false>(segment, start, visible, max_bytes)
+            };
+            let Some((mut batches, mut length)) = planned else {
                 continue;
-            }
-            let mut batches = Vec::new();
-            let mut length = 0u64;
-            for i in start..visible {
-                let entry = segment.entry(i);
-                if entry.control
-                    || (!batches.is_empty() && length + u64::from(entry.length) > max_bytes)
-                {
-                    break;
-                }
-                length += u64::from(entry.length);
-                batches.push(entry);
-            }
+            };
             // Never serve a batch known to be damaged: stop before it, or refuse a read that
             // starts in it.
             let span = batches[0].offset..batches.last().expect("one batch").next_offset();
@@ -217,7 +206,7 @@ impl PartitionLog {
                 let entry = segment.entry(i);
                 // A control batch keeps the running maximum of the batch before it, so it is
                 // found only first in its segment; a fetch from its end skips any that follow.
-                let offset = if entry.control {
+                let offset = if entry.is_control() {
                     entry.next_offset()
                 } else {
                     entry.offset
@@ -227,6 +216,40 @@ impl PartitionLog {
             // Never below the start a client moved the log to.
             .map(|offset| offset.max(self.start_floor.get()))
     }
+}
+
+/// The batches of a plan in `segment` from entry `start` (below `visible`) and their bytes:
+/// at least one, then as many as fit in `max_bytes`. With `CONTROLS` (a replicated
+/// partition), a control batch is never taken: the plan starts after any at `start` and
+/// stops before the next one (`None` when only control batches are left). Without it the
+/// loop is the one every partition ran before control batches existed.
+fn plan_batches<const CONTROLS: bool>(
+    segment: &crate::storage::segment::Segment,
+    mut start: usize,
+    visible: usize,
+    max_bytes: u64,
+) -> Option<(Vec<IndexEntry>, u64)> {
+    if CONTROLS {
+        while start < visible && segment.entry(start).is_control() {
+            start += 1;
+        }
+        if start == visible {
+            return None;
+        }
+    }
+    let mut batches = Vec::new();
+    let mut length = 0u64;
+    for i in start..visible {
+        let entry = segment.entry(i);
+        if (CONTROLS && entry.is_control())
+            || (!batches.is_empty() && length + u64::from(entry.length) > max_bytes)
+        {
+            break;
+        }
+        length += u64::from(entry.length);
+        batches.push(entry);
+    }
+    Some((batches, length))
 }
 
 /// Reads a plan's bytes with `pread` and checks every batch against its entry; stops before

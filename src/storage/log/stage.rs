@@ -117,7 +117,12 @@ impl PartitionLog {
     /// Stages a control batch holding `payload` (see [`PartitionLog::append_control`]):
     /// an empty key, timestamp 0, and the control bit in its header's record count and its
     /// index entry, so a scan that rebuilds the entry from the `.wal` finds the flag too.
+    /// Only a replicated partition's log ([`PartitionLog::open_raft`]) takes them
+    /// (`NotReplicated` otherwise): read plans of other logs never look for them.
     pub async fn stage_control(self: &Rc<Self>, payload: &[u8]) -> Result<Ticket, StorageError> {
+        if !self.is_raft_indexed() {
+            return Err(StorageError::NotReplicated);
+        }
         let payload_len =
             u32::try_from(payload.len()).map_err(|_| record::RecordError::PayloadTooLarge {
                 size_bytes: payload.len() as u64,
@@ -255,11 +260,14 @@ impl PartitionLog {
                 max_timestamp_ns: active
                     .last_entry()
                     .map_or(timestamp_ns, |e| e.max_timestamp_ns.max(timestamp_ns)),
-                control: checked.control,
                 position: u32::try_from(*pending_position + start as u64)
                     .expect("segment_bytes keeps positions in u32"),
                 length: u32::try_from(batch.len()).expect("limits keep a batch under 4 GiB"),
-                records: u32::try_from(checked.records).expect("record count is a u32"),
+                records: if checked.control {
+                    crate::storage::index::CONTROL_RECORD_COUNT
+                } else {
+                    u32::try_from(checked.records).expect("record count is a u32")
+                },
                 // Over the bytes as stored (offset and timestamp rewritten). A second pass
                 // over the batch (~0.4 µs per 10 KB) beats crc32c's combine (~9 µs).
                 crc: record::batch_crc(stored),

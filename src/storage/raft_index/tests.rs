@@ -158,7 +158,11 @@ fn a_plain_partition_has_no_raft_files_and_opens_unchanged() {
     run(async move || {
         let log = PartitionLog::open(&p, config()).await.unwrap();
         let mut offsets = Vec::new();
-        append(&log, 30, &mut offsets).await;
+        // Client batches only: a plain log takes no control batch.
+        for i in 0..30u32 {
+            let batch = encode_batch(u64::from(i) + 1, b"k", &[i as u8; 60], 1);
+            offsets.push(log.append(&batch, None).await.unwrap().base_offset);
+        }
         let bases = segment_bases(&log);
         assert!(bases.len() >= 3);
         assert!(!log.is_raft_indexed());
@@ -363,4 +367,55 @@ fn truncation_keeps_the_numbering_and_drops_later_raft_files() {
         check_numbering(&log, 100, &offsets);
         log.close().await.unwrap();
     });
+}
+
+/// A crash after any durable step of a truncation of a replicated partition (and, inside a
+/// segment's deletion, after its `.wal` and `.idx` went but before its `.raft` did) leaves
+/// a log that opens with its numbering whole: a prefix of what was appended, numbered as
+/// before, one `.raft` per segment.
+#[test]
+fn a_crash_during_a_truncation_leaves_a_numbered_prefix() {
+    use crate::storage::truncate::{Step, apply, plan};
+    let dir = tempfile::tempdir().unwrap();
+    let original = dir.path().join("original");
+    let (offsets, bases) = closed_raft_log(&original);
+    let n = offsets.iter().position(|&o| o == bases[1]).unwrap() + 1;
+    let cut = offsets[n];
+    let steps = plan(&original, cut).unwrap();
+    let mut cases: Vec<(usize, Option<u64>)> = (0..=steps.len()).map(|d| (d, None)).collect();
+    // Inside each deletion: the segment's own files gone, its `.raft` not yet.
+    for (i, step) in steps.iter().enumerate() {
+        if let Step::DeleteSegment { base_offset } = step {
+            cases.push((i, Some(*base_offset)));
+        }
+    }
+    for (done, half_deleted) in cases {
+        let copy = dir.path().join(format!("crash-{done}-{half_deleted:?}"));
+        std::fs::create_dir(&copy).unwrap();
+        for entry in std::fs::read_dir(&original).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_type().unwrap().is_file() {
+                std::fs::copy(entry.path(), copy.join(entry.file_name())).unwrap();
+            }
+        }
+        apply(&copy, &steps[..done]).unwrap();
+        if let Some(base) = half_deleted {
+            std::fs::remove_file(wal_path(&copy, base)).unwrap();
+            std::fs::remove_file(idx_path(&copy, base)).unwrap();
+        }
+        let offsets = offsets.clone();
+        let case = format!("crash after {done} steps, half deleted {half_deleted:?}");
+        run(async move || {
+            let log = PartitionLog::open_raft(&copy, config(), 100)
+                .await
+                .unwrap_or_else(|e| panic!("{case}: {e}"));
+            let end = log.next_offset();
+            assert!(end >= cut, "{case}: the log ends at {end}");
+            let kept = offsets.iter().filter(|&&o| o < end).count();
+            check_numbering(&log, 100, &offsets[..kept]);
+            let files: Vec<u64> = raft_files(&copy).iter().map(|f| f.0).collect();
+            assert_eq!(files, segment_bases(&log), "{case}");
+            log.close().await.unwrap();
+        });
+    }
 }
