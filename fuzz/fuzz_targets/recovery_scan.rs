@@ -119,7 +119,8 @@ fn check(base: u64, wal: &[u8], idx: Option<&[u8]>, limits: &Limits) -> ScanOutc
                 rebuilt += 1;
             }
         }
-        let next = entry.offset.checked_add(u64::from(entry.records));
+        // A control batch (its header's count carries the control bit) takes one offset.
+        let next = entry.offset.checked_add(u64::from(entry.offsets()));
         expected = next.expect("kept batches' offsets fit u64");
         position = entry.end_position();
     }
