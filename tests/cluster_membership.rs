@@ -160,6 +160,9 @@ fn a_broker_alone_refuses_a_member_change_and_a_bad_address_is_refused() {
     let mut client = cluster.node(1).client();
     let err = client.change_member(2, Some("no-port")).unwrap_err();
     assert!(err.to_string().contains("cluster address"), "{err}");
+    let taken = format!("127.0.0.1:{}", cluster.cluster_ports[0]);
+    let err = client.change_member(2, Some(&taken)).unwrap_err();
+    assert!(err.to_string().contains("is node 1's already"), "{err}");
     let err = client.change_member(0, Some("127.0.0.1:9")).unwrap_err();
     assert!(err.to_string().contains("outside 1..="), "{err}");
     let err = client.change_member(1, None).unwrap_err();

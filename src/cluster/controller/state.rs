@@ -173,6 +173,8 @@ pub enum CommandError {
         partitions: usize,
         example: String,
     },
+    #[error("cluster address {addr} is {node}'s already")]
+    AddressInUse { addr: String, node: NodeId },
     #[error("{leader} is not a replica of {topic} partition {partition}")]
     NotAReplica {
         topic: String,
@@ -395,9 +397,26 @@ impl ClusterState {
                 if !id.is_member() {
                     return Err(CommandError::InvalidNodeId { node: id.0 });
                 }
-                check_len("cluster address", cluster_addr, ADDRESS_LEN_MAX)
+                check_len("cluster address", cluster_addr, ADDRESS_LEN_MAX)?;
+                self.check_address_free(*id, cluster_addr)
             }
             Command::RemoveMember { id } => self.check_remove_member(*id),
+        }
+    }
+
+    /// Another member at the same cluster address would be reached instead of `id` (its
+    /// hello then names the other node, and `id` is never reached).
+    fn check_address_free(&self, id: NodeId, cluster_addr: &str) -> Result<(), CommandError> {
+        let ids = self.members.keys().chain(self.nodes.keys());
+        match ids
+            .filter(|&&other| other != id)
+            .find(|&&other| self.cluster_addr(other) == Some(cluster_addr))
+        {
+            Some(&node) => Err(CommandError::AddressInUse {
+                addr: cluster_addr.to_string(),
+                node,
+            }),
+            None => Ok(()),
         }
     }
 

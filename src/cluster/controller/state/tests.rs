@@ -295,6 +295,23 @@ fn a_member_is_known_by_its_address_until_removed_with_its_registration() {
     assert_eq!(state.cluster_addr(NodeId(4)), Some("10.0.0.4:7000"));
     assert!(state.node(NodeId(4)).is_none(), "not registered yet");
     assert_eq!(state.cluster_addr(NodeId(2)), Some("10.0.0.2:9093"));
+    // Another member's address would reach that member instead.
+    let taken = Command::AddMember {
+        id: NodeId(5),
+        cluster_addr: "10.0.0.2:9093".into(),
+    };
+    assert_eq!(
+        state.apply(taken),
+        Err(CommandError::AddressInUse {
+            addr: "10.0.0.2:9093".into(),
+            node: NodeId(2)
+        })
+    );
+    let again = Command::AddMember {
+        id: NodeId(4),
+        cluster_addr: "10.0.0.4:7000".into(),
+    };
+    state.apply(again).unwrap();
     state.apply(register(4, 2)).unwrap();
     // The address it was added with stays the one peers use.
     assert_eq!(state.cluster_addr(NodeId(4)), Some("10.0.0.4:7000"));
