@@ -171,6 +171,9 @@ struct Inner {
     /// Each other member's address and the task of its outgoing link.
     links: RefCell<HashMap<NodeId, (Peer, u64)>>,
     handlers: RefCell<HashMap<GroupId, LocalSender<Received>>>,
+    /// Where the messages of partition groups no handler took go (the node hands them to
+    /// the replica's core: docs/REPLICATION.md), when registered.
+    partitions: RefCell<Option<LocalSender<Received>>>,
     stats: Cell<TransportStats>,
     /// Every task of this transport, so dropping it stops them all.
     tasks: RefCell<HashMap<u64, JoinHandle<()>>>,
@@ -267,6 +270,7 @@ impl Transport {
             links: RefCell::default(),
             config,
             handlers: RefCell::default(),
+            partitions: RefCell::default(),
             stats: Cell::default(),
             tasks: RefCell::default(),
             next_task: Cell::new(0),
@@ -292,6 +296,15 @@ impl Transport {
     pub fn register(&self, group: GroupId, capacity: usize) -> LocalReceiver<Received> {
         let (tx, rx) = local_channel::new_bounded(capacity.max(1));
         self.inner.handlers.borrow_mut().insert(group, tx);
+        rx
+    }
+
+    /// Messages of every partition group (any group but the controller's) that no
+    /// [`Transport::register`] took arrive on the returned channel, `capacity` at most
+    /// waiting; a second call replaces the first.
+    pub fn register_partitions(&self, capacity: usize) -> LocalReceiver<Received> {
+        let (tx, rx) = local_channel::new_bounded(capacity.max(1));
+        *self.inner.partitions.borrow_mut() = Some(tx);
         rx
     }
 

@@ -284,12 +284,15 @@ async fn deliver(
             group: raft.group,
             message: raft.message,
         };
-        // try_send never waits, so the borrow ends before any other task runs.
-        let sent = inner
-            .handlers
-            .borrow()
-            .get(&received.group)
-            .map(|handler| handler.try_send(received).is_ok());
+        // try_send never waits, so the borrows end before any other task runs.
+        let handlers = inner.handlers.borrow();
+        let partitions = inner.partitions.borrow();
+        let handler = handlers.get(&received.group).or_else(|| {
+            let partition_group = received.group != wire::CONTROLLER_GROUP;
+            partitions.as_ref().filter(|_| partition_group)
+        });
+        let sent = handler.map(|handler| handler.try_send(received).is_ok());
+        drop((handlers, partitions));
         match sent {
             Some(true) => inner.count(|s| s.delivered += 1),
             Some(false) => inner.count(|s| s.dropped_handler_full += 1),

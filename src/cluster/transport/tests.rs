@@ -137,6 +137,34 @@ fn two_transports_exchange_messages() {
 }
 
 #[test]
+fn partition_groups_without_a_handler_go_to_the_partitions_channel_and_the_controllers_never() {
+    run(|| async {
+        let peers = peers(2);
+        let (a, b) = (start(1, &peers), start(2, &peers));
+        let seven = b.register(7, 64);
+        let partitions = b.register_partitions(64);
+        a.send(NodeId(2), 7, &message(1, 2, 1)).unwrap();
+        a.send(NodeId(2), 1_000_000, &message(1, 2, 2)).unwrap();
+        // The controller's group without its handler is dropped, not taken as a partition's.
+        a.send(NodeId(2), CONTROLLER_GROUP, &message(1, 2, 3))
+            .unwrap();
+        a.send(NodeId(2), 42, &message(1, 2, 4)).unwrap();
+        let got = receive(&seven).await;
+        assert_eq!((got.group, got.message), (7, message(1, 2, 1)));
+        let got = receive(&partitions).await;
+        assert_eq!((got.group, got.message), (1_000_000, message(1, 2, 2)));
+        let got = receive(&partitions).await;
+        assert_eq!(
+            (got.group, got.message),
+            (42, message(1, 2, 4)),
+            "in order, 0 skipped"
+        );
+        assert_eq!(b.stats().dropped_no_handler, 1);
+        assert_eq!(b.stats().delivered, 3);
+    });
+}
+
+#[test]
 fn three_transports_each_reach_the_other_two_and_groups_are_kept_apart() {
     run(|| async {
         let mut peers = peers(3);
