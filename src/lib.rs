@@ -49,6 +49,8 @@ pub mod cluster;
 pub mod config;
 pub mod limits;
 pub mod metrics;
+#[cfg(test)]
+mod on_executor;
 pub mod protocol;
 pub mod security;
 pub mod server;

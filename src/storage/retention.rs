@@ -96,13 +96,7 @@ mod tests {
     use crate::protocol::record::encode_batch;
     use crate::storage::{FsyncPolicy, LogConfig, StorageError};
 
-    fn run<T: Send + 'static>(f: impl AsyncFnOnce() -> T + Send + 'static) -> T {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(move || async move { f().await })
-            .unwrap()
-            .join()
-            .unwrap()
-    }
+    use crate::on_executor::run;
 
     #[test]
     fn size_and_age_limits_delete_exactly_the_oldest_closed_segments() {

@@ -13,17 +13,11 @@ use raft::{Config, GetEntriesContext, Storage};
 
 use super::driver::{ProposeError, ReplicaDriver};
 use super::storage::ReplicaStorage;
-use crate::protocol::record::{BatchHeader, encode_batch};
+use crate::protocol::record::encode_batch;
 use crate::storage::log::PartitionLog;
 use crate::storage::{FsyncPolicy, LogConfig};
 
-fn run<T: Send + 'static>(f: impl AsyncFnOnce() -> T + Send + 'static) -> T {
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move { f().await })
-        .unwrap()
-        .join()
-        .unwrap()
-}
+use crate::on_executor::run;
 
 fn log_config() -> LogConfig {
     LogConfig {
@@ -36,13 +30,9 @@ fn log_config() -> LogConfig {
     }
 }
 
-/// A client's batch of 2 records carrying `offset`, its payload `tag`.
-fn batch(offset: u64, tag: u8) -> Vec<u8> {
-    let mut bytes = encode_batch(1_000, b"k", &[tag; 24], 2);
-    let mut header = BatchHeader::decode(&bytes, &Default::default()).unwrap();
-    header.offset = offset;
-    header.encode(&mut bytes);
-    bytes
+/// A client's batch of 2 records, its payload `tag`; the leader gives it its offsets.
+fn batch(tag: u8) -> Vec<u8> {
+    encode_batch(1_000, b"k", &[tag; 24], 2)
 }
 
 struct Replica {
@@ -145,7 +135,7 @@ impl Sim {
         let node = self.node(leader);
         let mut expected = None;
         for tag in tags {
-            let (offset, next) = node.propose(&batch(0, tag)).unwrap();
+            let (offset, next) = node.propose(&batch(tag)).unwrap();
             if let Some(expected) = expected {
                 assert_eq!(offset, expected, "contiguous offsets");
             }
@@ -230,7 +220,7 @@ fn three_replicas_agree_and_a_returning_leader_loses_its_divergent_tail() {
             }
             sim.round().await;
         }
-        let refused = sim.node(first).propose(&batch(0, 1));
+        let refused = sim.node(first).propose(&batch(1));
         assert!(
             matches!(refused, Err(ProposeError::NotLeader { .. })),
             "{refused:?}"

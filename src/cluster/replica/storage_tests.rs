@@ -11,13 +11,7 @@ use super::*;
 use crate::protocol::record::{BatchHeader, encode_batch};
 use crate::storage::{FsyncPolicy, LogConfig};
 
-fn run<T: Send + 'static>(f: impl AsyncFnOnce() -> T + Send + 'static) -> T {
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move { f().await })
-        .unwrap()
-        .join()
-        .unwrap()
-}
+use crate::on_executor::run;
 
 fn config() -> LogConfig {
     LogConfig {

@@ -101,13 +101,7 @@ mod tests {
     use crate::security::scram::{Mechanism, ScramCredential};
     use crate::security::store::security_dir;
 
-    fn run<T: Send + 'static>(f: impl AsyncFnOnce() -> T + Send + 'static) -> T {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(move || async move { f().await })
-            .unwrap()
-            .join()
-            .unwrap()
-    }
+    use crate::on_executor::run;
 
     fn write_orders() -> AclBinding {
         AclBinding {

@@ -12,13 +12,7 @@ use crate::storage::open::CLEAN_MARKER;
 use crate::storage::segment::idx_path;
 use crate::storage::{CompactionLimits, FsyncPolicy, LogConfig, StorageError};
 
-fn run<T: Send + 'static>(f: impl AsyncFnOnce() -> T + Send + 'static) -> T {
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move { f().await })
-        .unwrap()
-        .join()
-        .unwrap()
-}
+use crate::on_executor::run;
 
 fn config() -> LogConfig {
     LogConfig {

@@ -55,13 +55,7 @@ fn fill(dir: &Path) -> PathBuf {
     path
 }
 
-fn run<T: Send + 'static>(f: impl AsyncFnOnce() -> T + Send + 'static) -> T {
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move { f().await })
-        .unwrap()
-        .join()
-        .unwrap()
-}
+use crate::on_executor::run;
 
 #[test]
 fn retries_on_a_full_disk_keep_the_rollback_record_bounded() {

@@ -10,13 +10,7 @@ use crate::protocol::record::encode_batch;
 use crate::storage::segment::{idx_path, wal_path};
 use crate::storage::{FsyncPolicy, LogConfig, PartitionLog, Retention, StorageError};
 
-fn run<T: Send + 'static>(f: impl AsyncFnOnce() -> T + Send + 'static) -> T {
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move { f().await })
-        .unwrap()
-        .join()
-        .unwrap()
-}
+use crate::on_executor::run;
 
 /// Small segments, so a few dozen batches roll several times.
 fn config() -> LogConfig {

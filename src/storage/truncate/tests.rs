@@ -9,13 +9,7 @@ use crate::protocol::record::{BatchHeader, batch_crc, encode_batch};
 use crate::storage::open::QUARANTINE_DIR;
 use crate::storage::{FsyncPolicy, LogConfig, PartitionLog, StorageError};
 
-fn run<T: Send + 'static>(f: impl AsyncFnOnce() -> T + Send + 'static) -> T {
-    glommio::LocalExecutorBuilder::default()
-        .spawn(move || async move { f().await })
-        .unwrap()
-        .join()
-        .unwrap()
-}
+use crate::on_executor::run;
 
 fn config(fsync: FsyncPolicy) -> LogConfig {
     LogConfig {
