@@ -65,8 +65,9 @@ pub struct CreateArgs {
     #[arg(long, default_value_t = 1,
         value_parser = clap::value_parser!(u32).range(1..=i64::from(PARTITIONS_MAX)))]
     pub partitions: u32,
-    /// Copies of each partition. Partition replication is not built yet: only 1 is taken,
-    /// and a factor above the cluster's live nodes is refused as such.
+    /// Copies of each partition, on as many nodes of the cluster (each partition is then a
+    /// Raft group; a produce is acknowledged once a majority holds it); at most the live
+    /// nodes. 1 on a broker started alone.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     pub replication_factor: i32,
     /// When a produce is acknowledged: always, never or interval=MS; the broker's --fsync
@@ -121,6 +122,8 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
         }
         TopicsCommand::Create(create) => {
             let settings = settings(&create)?;
+            // -1: the default, one copy.
+            let replication_factor = u16::try_from(create.replication_factor).unwrap_or(1).max(1);
             if create.replication_factor != 1 {
                 // Checked here as the broker checks Kafka's CreateTopics: against the live
                 // nodes the node asked knows of.
@@ -130,7 +133,7 @@ pub fn run(args: TopicsArgs) -> Result<(), String> {
                     .map_err(|why| format!("creating topic {}: {why}", create.name))?;
             }
             client
-                .create_topic(&create.name, settings)
+                .create_replicated_topic(&create.name, settings, replication_factor)
                 .map_err(|e| format!("creating topic {}: {}", create.name, describe(&e)))?;
             print_out(&format!(
                 "created topic {} with {} partition{}\n",

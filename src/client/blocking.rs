@@ -375,9 +375,20 @@ impl Client {
     }
 
     pub fn create_topic(&mut self, name: &str, settings: TopicSettings) -> Result<(), ClientError> {
+        self.create_replicated_topic(name, settings, 1)
+    }
+
+    /// Creates a topic whose partitions have `replication_factor` copies (on a cluster).
+    pub fn create_replicated_topic(
+        &mut self,
+        name: &str,
+        settings: TopicSettings,
+        replication_factor: u16,
+    ) -> Result<(), ClientError> {
         self.call(&Request::CreateTopic {
             name: name.as_bytes(),
             settings,
+            replication_factor,
         })
     }
 

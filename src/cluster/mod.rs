@@ -33,8 +33,8 @@ use std::fmt;
 
 /// Checks a new topic's replication factor (Kafka's CreateTopics, `pagurus topics create
 /// --replication-factor`) against the live nodes; the refusal says why. -1 (Kafka's "the
-/// default") and 1 are taken; above the live nodes is refused; above 1 is refused too
-/// while partitions are not replicated (every partition keeps one copy).
+/// default") and 1 are taken; above the live nodes is refused (two replicas never share
+/// a node), and so is anything above 1 on a broker started alone.
 pub fn check_replication_factor(requested: i32, live_nodes: usize) -> Result<(), String> {
     match requested {
         -1 | 1 => Ok(()),
@@ -45,9 +45,8 @@ pub fn check_replication_factor(requested: i32, live_nodes: usize) -> Result<(),
             "replication factor {r} is more than the {live_nodes} live node{}",
             if live_nodes == 1 { "" } else { "s" }
         )),
-        r => Err(format!(
-            "replication factor {r}: partition replication is not built yet, every partition keeps one copy (use 1)"
-        )),
+        r if r > i32::from(u16::MAX) => Err(format!("replication factor {r} is too large")),
+        _ => Ok(()),
     }
 }
 
@@ -141,8 +140,10 @@ mod replication_factor_tests {
     use super::check_replication_factor;
 
     #[test]
-    fn one_and_the_default_are_taken_and_the_rest_refused_saying_why() {
+    fn up_to_the_live_nodes_is_taken_and_the_rest_refused_saying_why() {
         assert_eq!(check_replication_factor(1, 3), Ok(()));
+        assert_eq!(check_replication_factor(3, 3), Ok(()));
+        assert_eq!(check_replication_factor(2, 3), Ok(()));
         assert_eq!(check_replication_factor(-1, 1), Ok(()));
         let why = |r, live| check_replication_factor(r, live).unwrap_err();
         assert!(why(0, 3).contains("at least 1"), "{}", why(0, 3));
@@ -153,10 +154,6 @@ mod replication_factor_tests {
             why(2, 1)
         );
         assert!(why(4, 3).contains("more than the 3 live nodes"));
-        assert!(
-            why(3, 3).contains("replication is not built yet"),
-            "{}",
-            why(3, 3)
-        );
+        assert!(why(70_000, 100_000).contains("too large"));
     }
 }

@@ -35,7 +35,9 @@ use crate::cluster::controller::raft_store::{RaftStore, controller_dir};
 use crate::cluster::controller::state::Command;
 use crate::cluster::identity::{self, ClusterIdError};
 use crate::cluster::status::{ClusterView, Snapshot};
-use crate::cluster::transport::{Received, Transport, TransportConfig, TransportError};
+use crate::cluster::transport::{
+    Received, Transport, TransportConfig, TransportError, TransportSender,
+};
 use crate::cluster::wire::CONTROLLER_GROUP;
 use crate::cluster::{ClusterId, NodeId};
 
@@ -136,6 +138,7 @@ pub struct ClusterNode {
     pub listen: std::net::SocketAddr,
     pub proposer: Proposer,
     changes: Option<LocalReceiver<TopicChange>>,
+    partitions: Option<(TransportSender, LocalReceiver<Received>)>,
 }
 
 impl ClusterNode {
@@ -174,6 +177,10 @@ impl ClusterNode {
         let listen = transport.local_addr();
         info!(node = me.0, %cluster_id, new = made, cluster_listen = %listen, voters = setup.cluster.peers.len(), term = controller.term(), applied = controller.applied(), "cluster node starting");
         let rx = transport.register(CONTROLLER_GROUP, INBOX_CAPACITY);
+        let partitions = (
+            transport.sender(),
+            transport.register_partitions(INBOX_CAPACITY),
+        );
         let stop = Rc::new(std::cell::Cell::new(false));
         let done = Rc::new(std::cell::Cell::new(false));
         let (proposer, requests) = Proposer::new();
@@ -195,7 +202,14 @@ impl ClusterNode {
             listen,
             proposer,
             changes: Some(changes),
+            partitions: Some(partitions),
         })
+    }
+
+    /// Partition groups' messages from peers, and a way to send theirs (once: a second
+    /// call gets `None`): for the node's replicas (`cluster::replica::host`).
+    pub fn take_partitions(&mut self) -> Option<(TransportSender, LocalReceiver<Received>)> {
+        self.partitions.take()
     }
 
     /// The topic changes to follow (once: a second call gets `None`).

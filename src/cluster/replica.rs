@@ -4,7 +4,9 @@
 //! offsets assigned on the leader, the high watermark from the commit). The owner core's
 //! task and the routing of the group's messages to it come next.
 
+pub mod directory;
 pub mod driver;
+pub mod host;
 pub mod raft_state;
 pub mod storage;
 

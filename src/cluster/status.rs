@@ -114,12 +114,30 @@ pub struct Snapshot {
     pub leader_changes: u64,
 }
 
-/// A topic the controller placed: its settings and where each partition's leader lives.
+/// A topic the controller placed: its settings and where each partition's replicas and
+/// leader live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacedTopic {
     pub settings: std::collections::BTreeMap<String, String>,
-    /// `(node, core)` of each partition's leader, by partition.
+    /// `(node, core)` of each partition's leader as the controller last heard, by
+    /// partition.
     pub owners: Vec<(NodeId, u16)>,
+    /// `(node, core)` of each partition's replicas, the preferred leader first.
+    pub replicas: Vec<Vec<(NodeId, u16)>>,
+    /// The Raft group of partition 0 when the topic is replicated (partition `p`'s is
+    /// `group_base + p`); 0 for a topic of one copy.
+    pub group_base: u64,
+}
+
+impl PlacedTopic {
+    /// Partition `partition`'s Raft group and replicas, when it is replicated.
+    pub fn replica_set(&self, partition: u32) -> Option<(u64, &[(NodeId, u16)])> {
+        if self.group_base == 0 {
+            return None;
+        }
+        let replicas = self.replicas.get(partition as usize)?;
+        Some((self.group_base + u64::from(partition), replicas))
+    }
 }
 
 /// Every topic the controller placed, by name.
@@ -135,6 +153,8 @@ pub struct ClusterView {
     /// The registered nodes and their cores, by id: what a group's coordinator is chosen
     /// from (`cluster::table::coordinator_among`), read on every group call.
     members: RwLock<Arc<Vec<(NodeId, u16)>>>,
+    /// This node's replicated partitions: their cores and known leaders.
+    pub replicas: crate::cluster::replica::directory::ReplicaDirectory,
 }
 
 impl ClusterView {
@@ -147,16 +167,36 @@ impl ClusterView {
             }),
             owners: RwLock::new(Arc::default()),
             members: RwLock::new(Arc::default()),
+            replicas: Default::default(),
         })
     }
 
-    /// The leader's place of `topic`'s `partition`, when the controller placed the topic.
+    /// The leader's place of `topic`'s `partition`, when the controller placed the topic:
+    /// for a replicated partition, the leader this node's replica knows, else the one the
+    /// controller last heard of.
     pub fn owner(&self, topic: &str, partition: u32) -> Option<(NodeId, u16)> {
         let owners = self
             .owners
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        owners.get(topic)?.owners.get(partition as usize).copied()
+        let placed = owners.get(topic)?;
+        if let Some((group, replicas)) = placed.replica_set(partition)
+            && let Some(leader) = self.replicas.leader_of(group)
+            && let Some(place) = replicas.iter().find(|(node, _)| *node == leader.node)
+        {
+            return Some(*place);
+        }
+        placed.owners.get(partition as usize).copied()
+    }
+
+    /// `topic`'s `partition`'s Raft group and replicas, when it is replicated.
+    pub fn replica_set(&self, topic: &str, partition: u32) -> Option<(u64, Vec<(NodeId, u16)>)> {
+        let owners = self
+            .owners
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (group, replicas) = owners.get(topic)?.replica_set(partition)?;
+        Some((group, replicas.to_vec()))
     }
 
     /// Whether the controller placed `topic`.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use crate::cluster::status::ClusterView;
 use crate::config::BrokerConfig;
 use crate::protocol::routing::fnv1a32;
-use crate::shard::placement::{Address, CoreId, NodeId, OneNode, Place, Placement};
+use crate::shard::placement::{Address, CoreId, NodeId, OneNode, Place, Placement, ReplicaSet};
 
 /// A group's coordinator among the registered nodes (`members`: id and cores, sorted by
 /// id): every core of every registered node, in node then core order, is one place, and
@@ -98,7 +98,25 @@ impl Placement for ClusterTable {
     }
 
     fn replicas(&self, topic: &str, partition: u32) -> Vec<Place> {
-        vec![self.owner(topic, partition)]
+        let owner = self.owner(topic, partition);
+        let Some(set) = self.replica_set(topic, partition) else {
+            return vec![owner];
+        };
+        let mut places = vec![owner];
+        places.extend(set.places.into_iter().filter(|p| *p != owner));
+        places
+    }
+
+    fn replica_set(&self, topic: &str, partition: u32) -> Option<ReplicaSet> {
+        let (group, replicas) = self.view.replica_set(topic, partition)?;
+        let places = replicas
+            .into_iter()
+            .map(|(node, core)| Place {
+                node: NodeId(node.0),
+                core: CoreId(core),
+            })
+            .collect();
+        Some(ReplicaSet { group, places })
     }
 
     fn coordinator(&self, group: &str) -> Place {

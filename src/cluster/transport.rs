@@ -316,30 +316,13 @@ impl Transport {
         group: GroupId,
         message: &Message,
     ) -> Result<(), TransportError> {
-        let outbox = self
-            .inner
-            .outboxes
-            .borrow()
-            .get(&to)
-            .cloned()
-            .ok_or(TransportError::UnknownPeer { node: to })?;
-        let mut frame = Vec::new();
-        wire::encode_raft(group, message, self.inner.config.max_body_bytes, &mut frame)?;
-        let mut outbox = outbox.borrow_mut();
-        let config = &self.inner.config;
-        if outbox.frames.len() >= config.queue_frames_max
-            || outbox.bytes + frame.len() > config.queue_bytes_max
-        {
-            self.inner.count(|s| s.dropped_queue_full += 1);
-            return Err(TransportError::QueueFull { node: to });
-        }
-        outbox.bytes += frame.len();
-        outbox.frames.push_back((Instant::now(), frame));
-        if let Some(waker) = outbox.waker.take() {
-            waker.wake();
-        }
-        self.inner.count(|s| s.queued += 1);
-        Ok(())
+        self.inner.send(to, group, message)
+    }
+
+    /// A handle that sends as [`Transport::send`] does, for another task of this executor;
+    /// it does not keep the transport running (dropping the [`Transport`] still stops it).
+    pub fn sender(&self) -> TransportSender {
+        TransportSender(Rc::clone(&self.inner))
     }
 
     /// Makes `peers` (every member, this node included) the members: a new member gets a
@@ -424,6 +407,52 @@ pub enum PeerClusters {
         theirs: ClusterId,
         nodes: Vec<NodeId>,
     },
+}
+
+/// Sends on a node's transport ([`Transport::sender`]).
+#[derive(Clone)]
+pub struct TransportSender(Rc<Inner>);
+
+impl TransportSender {
+    /// [`Transport::send`].
+    pub fn send(
+        &self,
+        to: NodeId,
+        group: GroupId,
+        message: &Message,
+    ) -> Result<(), TransportError> {
+        self.0.send(to, group, message)
+    }
+}
+
+impl Inner {
+    /// Queues a message of `group` for `to`. Never waits: a full queue drops it (counted,
+    /// and said in the error), as a lost packet would.
+    fn send(&self, to: NodeId, group: GroupId, message: &Message) -> Result<(), TransportError> {
+        let outbox = self
+            .outboxes
+            .borrow()
+            .get(&to)
+            .cloned()
+            .ok_or(TransportError::UnknownPeer { node: to })?;
+        let mut frame = Vec::new();
+        wire::encode_raft(group, message, self.config.max_body_bytes, &mut frame)?;
+        let mut outbox = outbox.borrow_mut();
+        let config = &self.config;
+        if outbox.frames.len() >= config.queue_frames_max
+            || outbox.bytes + frame.len() > config.queue_bytes_max
+        {
+            self.count(|s| s.dropped_queue_full += 1);
+            return Err(TransportError::QueueFull { node: to });
+        }
+        outbox.bytes += frame.len();
+        outbox.frames.push_back((Instant::now(), frame));
+        if let Some(waker) = outbox.waker.take() {
+            waker.wake();
+        }
+        self.count(|s| s.queued += 1);
+        Ok(())
+    }
 }
 
 impl Drop for Transport {

@@ -26,8 +26,11 @@ pub(super) async fn background_retention(shard: Rc<Shard>) {
                     log.roll_if_aged(meta.log_config(&shard.config.log).segment_age)
                         .await;
                     let retention = meta.retention();
-                    if retention == crate::storage::Retention::default()
-                        && !log.has_segment_below_start()
+                    // A replicated partition's old segments hold Raft entries a follower
+                    // may still need, until segment snapshots are built: kept.
+                    if log.is_raft_indexed()
+                        || retention == crate::storage::Retention::default()
+                            && !log.has_segment_below_start()
                     {
                         continue;
                     }

@@ -8,9 +8,12 @@ mod topics;
 use std::rc::Rc;
 use std::sync::Arc;
 
+use futures_lite::FutureExt;
+
 use crate::cluster::NodeId;
 use crate::cluster::controller::driver::DriverConfig;
 use crate::cluster::node::{ClusterNode, NodeSetup};
+use crate::cluster::replica::host::{ReplicaEnvelope, ReplicaHost};
 use crate::cluster::status::{ClusterStatus, ClusterView, Role};
 use crate::cluster::table::ClusterTable;
 use crate::config::BrokerConfig;
@@ -104,10 +107,55 @@ pub(crate) fn shard(
     }
 }
 
+/// This core's replica host on a cluster node, joined to the replica mesh (`None` on a
+/// broker started alone); set on the shard before it loads its partitions.
+pub(crate) async fn replica_host(
+    shard: &Shard,
+    view: &Arc<ClusterView>,
+    mesh: Option<ReplicaMesh>,
+) -> Result<Option<Rc<ReplicaHost>>, ServeError> {
+    let (Some(cluster), Some(mesh)) = (&shard.config.cluster, mesh) else {
+        return Ok(None);
+    };
+    let joined = async { Some(mesh.join().await) }
+        .or(async {
+            glommio::timer::sleep(super::MESH_JOIN_TIMEOUT).await;
+            None
+        })
+        .await;
+    let (senders, receivers) = match joined {
+        Some(Ok(joined)) => joined,
+        Some(Err(e)) => {
+            return Err(ServeError::Cluster(format!(
+                "replica mesh join failed: {e}"
+            )));
+        }
+        None => {
+            return Err(ServeError::Cluster(format!(
+                "the cores did not join their replica mesh within {:?}; start again",
+                super::MESH_JOIN_TIMEOUT
+            )));
+        }
+    };
+    let host = ReplicaHost::new(cluster.node, shard.core, Arc::clone(view), Some(senders));
+    host.start_receivers(receivers);
+    shard.set_replica_host(Rc::clone(&host) as Rc<dyn crate::shard::replicated::ReplicaHost>);
+    Ok(Some(host))
+}
+
+/// The channels between a node's cores for its replicas' messages.
+pub(crate) type ReplicaMesh = glommio::channels::channel_mesh::MeshBuilder<
+    ReplicaEnvelope,
+    glommio::channels::channel_mesh::Full,
+>;
+
 /// On core 0 of a node started with the cluster flags: joins the cluster (the transport
 /// listens, the controller opens), sends topic creations and deletions to the controller
 /// and makes on this node what it applies. `None` elsewhere.
-pub(crate) async fn start(shard: &Rc<Shard>) -> Result<Option<ClusterNode>, ServeError> {
+pub(crate) async fn start(
+    shard: &Rc<Shard>,
+    replicas: Option<&Rc<ReplicaHost>>,
+) -> Result<Option<ClusterNode>, ServeError> {
     let config = &shard.config;
     let (Some(cluster), Some(view)) = (&config.cluster, shard.cluster_view()) else {
         return Ok(None);
@@ -136,6 +184,17 @@ pub(crate) async fn start(shard: &Rc<Shard>) -> Result<Option<ClusterNode>, Serv
     }));
     if let Some(changes) = node.take_changes() {
         glommio::spawn_local(topics::follow(Rc::clone(shard), Arc::clone(view), changes)).detach();
+    }
+    if let (Some(host), Some((sender, received))) = (replicas, node.take_partitions()) {
+        host.set_transport(sender);
+        let host = Rc::clone(host);
+        // Core 0 routes every partition group's message to its replica's core.
+        glommio::spawn_local(async move {
+            while let Some(received) = received.recv().await {
+                host.deliver(received.group, received.message);
+            }
+        })
+        .detach();
     }
     Ok(Some(node))
 }

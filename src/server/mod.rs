@@ -139,6 +139,10 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
     node.log(&config.data_dir);
     let config = Arc::new(config.clone());
     let mesh = MeshBuilder::<Envelope, _>::full(cores, MESH_CHANNEL_CAPACITY);
+    let replica_mesh = config
+        .cluster
+        .as_ref()
+        .map(|_| cluster::ReplicaMesh::full(cores, MESH_CHANNEL_CAPACITY));
     let barriers = Barriers {
         cores,
         stop: Arc::clone(&stop),
@@ -161,6 +165,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
             _ => None,
         };
         let (config, mesh, barriers) = (Arc::clone(&config), mesh.clone(), barriers.clone());
+        let replica_mesh = replica_mesh.clone();
         let connections = Arc::clone(&connections);
         let security = Arc::clone(&security);
         let reload_tls = Arc::clone(&reload_tls);
@@ -187,7 +192,7 @@ pub fn serve_until(config: &mut BrokerConfig, stop: Arc<AtomicBool>) -> Result<(
                     connections,
                     cluster,
                 };
-                run_core(core, mesh, barriers, metrics).await
+                run_core(core, (mesh, replica_mesh), barriers, metrics).await
             })
             .map_err(|e| ServeError::Executor {
                 core: index,
@@ -293,9 +298,15 @@ struct Core {
     cluster: Arc<crate::cluster::status::ClusterView>,
 }
 
+/// A core's meshes: the shard's calls, and (on a cluster node) its replicas' messages.
+type Meshes = (
+    MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
+    Option<cluster::ReplicaMesh>,
+);
+
 async fn run_core(
     core: Core,
-    mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
+    mesh: Meshes,
     barriers: Barriers,
     metrics: Option<std::net::TcpListener>,
 ) -> Result<(), ServeError> {
@@ -315,7 +326,7 @@ async fn run_core(
 
 async fn run_core_phases(
     given: &Core,
-    mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
+    (mesh, replica_mesh): Meshes,
     barriers: &Barriers,
     passed: &Passed,
     metrics: Option<std::net::TcpListener>,
@@ -355,6 +366,7 @@ async fn run_core_phases(
     let shard = Rc::new(cluster::shard(core, config, mesh, &given.cluster));
     shard.start_receivers(receivers);
     shard.set_cluster_view(Arc::clone(&given.cluster));
+    let replicas = cluster::replica_host(&shard, &given.cluster, replica_mesh).await?;
 
     shard.load().await.map_err(|e| ServeError::Core {
         core,
@@ -366,7 +378,7 @@ async fn run_core_phases(
     // partition that is still being opened.
     barriers.all_ready().await;
 
-    let served = serve_core(&shard, given, barriers, metrics).await;
+    let served = serve_core(&shard, given, barriers, metrics, replicas.as_ref()).await;
     if let Err(error) = &served {
         error!(core, %error, "core cannot serve; stopping the broker");
         barriers.stop.store(true, Ordering::Release);
@@ -394,6 +406,7 @@ async fn serve_core(
     given: &Core,
     barriers: &Barriers,
     metrics: Option<std::net::TcpListener>,
+    replicas: Option<&Rc<crate::cluster::replica::host::ReplicaHost>>,
 ) -> Result<(), ServeError> {
     let (config, cpu, connections) = (&given.config, given.cpu, &given.connections);
     let core = shard.core;
@@ -407,7 +420,7 @@ async fn serve_core(
         glommio::spawn_local(scrape::serve_metrics(Rc::clone(shard), listener)).detach();
     }
     // Core 0 joins the cluster before it listens for clients.
-    let cluster = cluster::start(shard).await?;
+    let cluster = cluster::start(shard, replicas).await?;
     let accepted: Rc<Vec<Accepted>> = Rc::new(
         config
             .security

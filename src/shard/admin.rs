@@ -37,7 +37,7 @@ impl Shard {
             partitions: 1,
             ..Default::default()
         };
-        self.create_via_controller(name, &settings, true).await?;
+        self.create_via_controller(name, &settings, 1, true).await?;
         self.topic(name).ok_or_else(|| {
             ShardError::internal(format!("topic {name} was created but is not known here"))
         })
@@ -80,9 +80,13 @@ impl Shard {
         used: &UsedTopics,
         name: &[u8],
         settings: &TopicSettings,
+        replication_factor: u16,
     ) -> Result<(), ShardError> {
         let created = match self.valid_name(name, "topic") {
-            Ok(valid) => self.create_via_controller(valid, settings, false).await,
+            Ok(valid) => {
+                self.create_via_controller(valid, settings, replication_factor, false)
+                    .await
+            }
             Err(e) => Err(e),
         };
         used.forget(self, name);
@@ -93,13 +97,20 @@ impl Shard {
         self: &Rc<Self>,
         name: &str,
         settings: &TopicSettings,
+        replication_factor: u16,
         if_not_exists: bool,
     ) -> Result<(), ShardError> {
+        if replication_factor == 0 {
+            return Err(ShardError::invalid_config(
+                "replication factor 0: a partition needs at least one copy",
+            ));
+        }
         let mut meta = TopicMeta::from_settings(name, settings, &self.config.log)
             .map_err(ShardError::invalid_config)?;
         meta.id = topics::new_topic_id().map_err(ShardError::from)?;
         let call = CreateTopic {
             meta,
+            replication_factor,
             if_not_exists,
         };
         self.route(self.placement().controller(), call).await
@@ -151,12 +162,20 @@ impl Shard {
     async fn create_on_controller(self: &Rc<Self>, call: CreateTopic) -> Result<(), ShardError> {
         let CreateTopic {
             meta,
+            replication_factor,
             if_not_exists,
         } = call;
         // A cluster node asks the cluster's controller; the topic is made here (and on the
         // other nodes) when its creation is applied (`install_topic`).
         if let Some(controller) = self.topic_controller() {
-            return controller.create(meta, if_not_exists).await;
+            return controller
+                .create(meta, replication_factor, if_not_exists)
+                .await;
+        }
+        if replication_factor > 1 {
+            return Err(ShardError::invalid_config(format!(
+                "replication factor {replication_factor}: a broker started alone keeps one copy of each partition (start a cluster for more)"
+            )));
         }
         self.install_topic(meta, if_not_exists).await
     }

@@ -175,6 +175,8 @@ pub struct PartitionStates {
 #[derive(Debug)]
 pub struct CreateTopic {
     pub meta: TopicMeta,
+    /// Copies of each partition (1 on a broker alone; a cluster places them).
+    pub replication_factor: u16,
     pub if_not_exists: bool,
 }
 

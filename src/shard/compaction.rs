@@ -48,6 +48,11 @@ impl Shard {
                 "topic {topic} has cleanup = delete; only cleanup = compact topics are compacted"
             )));
         }
+        if self.placement().replica_set(topic, partition).is_some() {
+            return Err(ShardError::invalid_config(format!(
+                "{topic}/{partition} is replicated: its log is not compacted until segment snapshots are built"
+            )));
+        }
         let call = Compact {
             topic: topic.to_string(),
             partition,
@@ -122,7 +127,11 @@ pub async fn background_compaction(shard: Rc<Shard>) {
                 let partitions = shard
                     .local_partitions()
                     .into_iter()
-                    .filter(|(meta, _, _)| meta.cleanup == Cleanup::Compact)
+                    // Compacting a replicated log would renumber its Raft entries: not
+                    // until segment snapshots are built.
+                    .filter(|(meta, _, log)| {
+                        meta.cleanup == Cleanup::Compact && !log.is_raft_indexed()
+                    })
                     .map(|(meta, partition, log)| (meta.name.clone(), partition, log));
                 let offsets = shard
                     .offsets

@@ -70,7 +70,9 @@ impl<'a> KafkaBatch<'a> {
 }
 
 /// The stored batches of a Kafka produce, as staging takes them.
-fn kafka_parts<'b>(batches: &'b [KafkaBatch<'_>]) -> impl Iterator<Item = BatchParts<'b>> + Clone {
+pub(crate) fn kafka_parts<'b>(
+    batches: &'b [KafkaBatch<'_>],
+) -> impl Iterator<Item = BatchParts<'b>> + Clone {
     batches.iter().map(KafkaBatch::parts)
 }
 
@@ -116,6 +118,8 @@ enum InFlightState {
     },
     /// Sent to the owner core; dropping it forgets the call.
     Remote(InFlight<Produce>),
+    /// Proposed to a replicated partition's Raft group on this core, its leader.
+    Replicated(crate::shard::replicated::ReplicatedProduce),
 }
 
 /// One partition in a metadata answer.
@@ -164,6 +168,15 @@ impl Shard {
             Hop::Core(core) => Some(core),
         };
         let Some(core) = core else {
+            if let Some(replica) = self.replicated(&meta.name, partition) {
+                let proposed = self
+                    .propose_produce(replica, &meta.name, partition, batches)
+                    .await?;
+                return Ok(ProduceInFlight {
+                    started,
+                    state: InFlightState::Replicated(proposed),
+                });
+            }
             let Some(log) = self.local_log(&meta.name, partition) else {
                 return Err(ShardError::TopicBeingDeleted {
                     topic: meta.name.clone(),
@@ -249,6 +262,7 @@ impl Shard {
         match &produce.state {
             InFlightState::Local { log, last, .. } => log.is_committed(last).unwrap_or(true),
             InFlightState::Remote(in_flight) => self.mesh.is_answered(in_flight),
+            InFlightState::Replicated(proposed) => proposed.is_done(),
         }
     }
 
@@ -272,6 +286,7 @@ impl Shard {
                 }
             }
             InFlightState::Remote(in_flight) => self.mesh.finish(in_flight).await?,
+            InFlightState::Replicated(proposed) => proposed.acknowledged().await?,
         };
         crate::metrics::io::record_produce_ack(produce.started.elapsed());
         Ok(produced)
@@ -496,6 +511,10 @@ impl Shard {
 
 impl Run for Produce {
     async fn run(self, shard: &Rc<Shard>) -> Result<Produced, ShardError> {
+        if let Some(replica) = shard.replicated(&self.topic, self.partition) {
+            let proposed = shard.propose_remote(replica, &self).await?;
+            return proposed.acknowledged().await;
+        }
         let (log, base_offset, last, settle) = shard.stage_produce(&self).await?;
         let committed = log.commit(last).await;
         if let Some(settle) = settle {

@@ -95,6 +95,21 @@ pub enum ShardError {
     // Where things are.
     #[error(transparent)]
     NotHere(#[from] NotHere),
+    /// This node's replica of a replicated partition does not lead it.
+    #[error("this node does not lead {topic}/{partition} (its leader is {leader})")]
+    NotLeader {
+        topic: String,
+        partition: u32,
+        /// The leader's node as this replica knows it, or "not known".
+        leader: String,
+    },
+    /// A replicated partition's batch was not acknowledged by a majority in time.
+    #[error("{topic}/{partition}: {reason}; the batch may or may not be kept, retry")]
+    NotReplicated {
+        topic: String,
+        partition: u32,
+        reason: String,
+    },
     /// A change of the cluster's members the controller refused (or a broker alone).
     #[error("{reason}")]
     MembershipRefused { reason: String },

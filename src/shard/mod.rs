@@ -41,6 +41,7 @@ pub mod partitions;
 pub mod placement;
 pub mod producers;
 mod receive;
+pub mod replicated;
 pub mod snapshot;
 pub mod staging;
 pub mod topics;
@@ -125,6 +126,11 @@ pub struct Shard {
     cluster: std::cell::OnceCell<Arc<crate::cluster::status::ClusterView>>,
     /// On a cluster node's controller core: where topic creation and deletion go.
     topic_controller: std::cell::OnceCell<Rc<dyn TopicController>>,
+    /// On a cluster node: what starts this core's replicas of replicated partitions.
+    replica_host: std::cell::OnceCell<Rc<dyn replicated::ReplicaHost>>,
+    /// This core's replicas, by topic and partition (their logs are theirs: see
+    /// [`Shard::local_log`]).
+    replicas: RefCell<HashMap<(String, u32), Rc<dyn replicated::Replicated>>>,
 }
 
 /// Where a cluster node's topic changes go instead of being made here at once (the
@@ -134,6 +140,7 @@ pub trait TopicController {
     fn create(
         &self,
         meta: TopicMeta,
+        replication_factor: u16,
         if_not_exists: bool,
     ) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
     fn delete(&self, name: String) -> futures_lite::future::BoxedLocal<Result<(), ShardError>>;
@@ -179,12 +186,19 @@ impl Shard {
             adopter: RefCell::new(None),
             cluster: std::cell::OnceCell::new(),
             topic_controller: std::cell::OnceCell::new(),
+            replica_host: std::cell::OnceCell::new(),
+            replicas: RefCell::new(HashMap::new()),
         }
     }
 
     /// Sends this core's topic creations and deletions to `controller` (once).
     pub fn set_topic_controller(&self, controller: Rc<dyn TopicController>) {
         let _ = self.topic_controller.set(controller);
+    }
+
+    /// Starts this core's replicas with `host` (once, before [`Shard::load`]).
+    pub fn set_replica_host(&self, host: Rc<dyn replicated::ReplicaHost>) {
+        let _ = self.replica_host.set(host);
     }
 
     fn topic_controller(&self) -> Option<Rc<dyn TopicController>> {
@@ -288,12 +302,24 @@ impl Shard {
         names
     }
 
-    /// The log of a partition this core owns.
+    /// The log of a partition this core owns (a replicated one's as its replica has it
+    /// now: cutting a divergent tail reopens it).
     pub fn local_log(&self, topic: &str, partition: u32) -> Option<Rc<PartitionLog>> {
-        self.partitions
+        let log = self
+            .partitions
             .borrow()
             .get(topic)
-            .and_then(|v| v.get(partition as usize).cloned().flatten())
+            .and_then(|v| v.get(partition as usize).cloned().flatten())?;
+        Some(self.current_log(topic, partition, log))
+    }
+
+    /// `log`, or its replica's log now when the partition is replicated.
+    fn current_log(&self, topic: &str, partition: u32, log: Rc<PartitionLog>) -> Rc<PartitionLog> {
+        if !log.is_raft_indexed() {
+            return log;
+        }
+        self.replicated(topic, partition)
+            .map_or(log, |replica| replica.log())
     }
 
     /// Every partition this core owns, with its topic.
@@ -306,7 +332,8 @@ impl Shard {
             };
             for (partition, log) in logs.iter().enumerate() {
                 if let Some(log) = log {
-                    out.push((Rc::clone(meta), partition as u32, Rc::clone(log)));
+                    let log = self.current_log(name, partition as u32, Rc::clone(log));
+                    out.push((Rc::clone(meta), partition as u32, log));
                 }
             }
         }
@@ -315,11 +342,16 @@ impl Shard {
 
     /// Every partition log this core owns.
     pub fn local_logs(&self) -> Vec<Rc<PartitionLog>> {
-        self.partitions
-            .borrow()
-            .values()
-            .flat_map(|v| v.iter().flatten().cloned())
-            .collect()
+        let partitions = self.partitions.borrow();
+        let mut logs = Vec::new();
+        for (name, v) in partitions.iter() {
+            for (partition, log) in v.iter().enumerate() {
+                if let Some(log) = log {
+                    logs.push(self.current_log(name, partition as u32, Rc::clone(log)));
+                }
+            }
+        }
+        logs
     }
 
     /// Opens the partitions of a topic this core owns and registers the topic.
@@ -348,7 +380,12 @@ impl Shard {
         // A topic growing keeps the partitions it has open (`shard::partitions`).
         let open = self.partitions.borrow().get(&meta.name).cloned();
         for partition in 0..meta.partitions {
-            if self.placement.owner(&meta.name, partition) != self.here() {
+            let replicated = self.placement.replica_set(&meta.name, partition);
+            let here = match &replicated {
+                Some(set) => set.places.contains(&self.here()),
+                None => self.placement.owner(&meta.name, partition) == self.here(),
+            };
+            if !here {
                 continue;
             }
             if let Some(log) = open
@@ -359,11 +396,22 @@ impl Shard {
                 continue;
             }
             let dir = topics::partition_dir(&self.config.data_dir, &meta.name, partition);
-            let log = PartitionLog::open(&dir, log_config.clone()).await?;
+            let log = match &replicated {
+                // A replicated partition's log is its Raft log, numbered from entry 1.
+                Some(_) => PartitionLog::open_raft(&dir, log_config.clone(), 1).await?,
+                None => PartitionLog::open(&dir, log_config.clone()).await?,
+            };
             Metrics::add(
                 &self.metrics.corrupt_batches_detected,
                 log.corrupt_batches(),
             );
+            if let Some(set) = &replicated {
+                self.start_replica(&meta.name, partition, set, Rc::clone(&log))
+                    .map_err(|e| StorageError::Damaged {
+                        path: dir.clone(),
+                        reason: format!("its replica did not start: {e}"),
+                    })?;
+            }
             logs[partition as usize] = Some(log);
         }
         self.partitions.borrow_mut().insert(meta.name.clone(), logs);
@@ -377,6 +425,7 @@ impl Shard {
             self.deleted_topics.note(name);
         }
         self.partitions.borrow_mut().remove(name);
+        self.stop_replicas(name);
         self.producers.forget_topic(name);
     }
 
@@ -499,6 +548,7 @@ impl Shard {
 
     /// Flushes, syncs and closes every partition this core owns (clean shutdown).
     pub async fn close_all(&self) {
+        self.stop_all_replicas();
         for log in self.local_logs().into_iter().chain(self.offsets.logs()) {
             if let Err(error) = log.close().await {
                 warn!(dir = %log.dir().display(), %error, "partition did not close cleanly");

@@ -97,6 +97,13 @@ pub struct NotHere {
 }
 
 /// The placement table a shard holds: every answer as a [`Place`], never a core index.
+/// A replicated partition's Raft group and where its replicas are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaSet {
+    pub group: u64,
+    pub places: Vec<Place>,
+}
+
 pub trait Placement {
     /// The node this broker process is.
     fn node(&self) -> NodeId;
@@ -109,6 +116,12 @@ pub trait Placement {
 
     /// Every replica of a partition, the leader first.
     fn replicas(&self, topic: &str, partition: u32) -> Vec<Place>;
+
+    /// A replicated partition's Raft group and replicas (the preferred leader first);
+    /// `None` for a partition of one copy.
+    fn replica_set(&self, _topic: &str, _partition: u32) -> Option<ReplicaSet> {
+        None
+    }
 
     /// The coordinator of a consumer group.
     fn coordinator(&self, group: &str) -> Place;

@@ -43,6 +43,22 @@ impl Shard {
         Metrics::inc(&self.metrics.mesh_calls_received);
         let shard = Rc::clone(self);
         match call {
+            Call::Produce(produce)
+                if let Some(replica) = self.replicated(&produce.topic, produce.partition) =>
+            {
+                // Proposed here, in arrival order, like staging below.
+                let proposed = self.propose_remote(replica, &produce).await;
+                drop(produce);
+                glommio::spawn_local(async move {
+                    let reply = match proposed {
+                        Ok(proposed) => proposed.acknowledged().await,
+                        Err(failure) => Err(failure),
+                    };
+                    shard.mesh.answer(from, id, Answer::Produce(reply)).await;
+                    Metrics::inc(&shard.metrics.mesh_answers_sent);
+                })
+                .detach();
+            }
             Call::Produce(produce) => {
                 let staged = self.stage_produce(&produce).await;
                 drop(produce);

@@ -27,6 +27,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(dir: &Path, size: u16) -> Cluster {
+        Cluster::start_cores(dir, size, 1)
+    }
+
+    /// `size` nodes of `cores` cores each.
+    pub fn start_cores(dir: &Path, size: u16, cores: usize) -> Cluster {
         let cluster_ports: Vec<u16> = (0..size).map(|_| free_port()).collect();
         let peers = cluster_ports
             .iter()
@@ -39,7 +44,7 @@ impl Cluster {
                 let listen = format!("127.0.0.1:{}", cluster_ports[usize::from(id) - 1]);
                 let args = cluster_args(id, &listen, &peers);
                 let args: Vec<&str> = args.iter().map(String::as_str).collect();
-                Broker::start_in(&dir.join(format!("node{id}")), 1, &args)
+                Broker::start_in(&dir.join(format!("node{id}")), cores, &args)
             })
             .collect();
         Cluster {

@@ -13,18 +13,28 @@ pub(crate) fn owners_of(state: &ClusterState) -> TopicOwners {
     state
         .topics()
         .map(|t| {
+            let place =
+                |r: &crate::cluster::controller::state::placement::Replica| (r.node, r.core);
             let owners = t
                 .partitions
                 .iter()
                 .map(|p| {
-                    p.replicas
-                        .first()
-                        .map_or((NodeId(0), 0), |r| (r.node, r.core))
+                    p.leader_hint
+                        .as_ref()
+                        .or(p.replicas.first())
+                        .map_or((NodeId(0), 0), place)
                 })
+                .collect();
+            let replicas = t
+                .partitions
+                .iter()
+                .map(|p| p.replicas.iter().map(place).collect())
                 .collect();
             let placed = PlacedTopic {
                 settings: t.settings.clone(),
                 owners,
+                replicas,
+                group_base: t.group_base,
             };
             (t.name.clone(), placed)
         })

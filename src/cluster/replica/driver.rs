@@ -15,11 +15,14 @@
 //! knows the commit: readers and acknowledgements stop there (`acks=all`: a batch is
 //! acknowledged once the high watermark passes it).
 
-use raft::eraftpb::{Entry, Message};
-use raft::{Config, RawNode, StateRole, Storage};
+use std::rc::Rc;
 
-use super::storage::{ReplicaError, ReplicaStorage};
+use raft::eraftpb::{Entry, Message};
+use raft::{Config, RawNode, Ready, StateRole, Storage};
+
+use super::storage::{ReplicaError, ReplicaStorage, SharedStorage};
 use crate::protocol::record::BatchHeader;
+pub use crate::shard::replicated::{Outcome, Proposal};
 use crate::storage::index::CONTROL_BIT;
 
 /// Why a batch was not proposed.
@@ -35,7 +38,8 @@ pub enum ProposeError {
 
 /// A replica's Raft node over its partition log.
 pub struct ReplicaDriver {
-    raw: RawNode<ReplicaStorage>,
+    raw: RawNode<SharedStorage>,
+    storage: Rc<ReplicaStorage>,
     outbox: Vec<Message>,
     high_watermark: u64,
 }
@@ -62,9 +66,12 @@ impl ReplicaDriver {
             ..config.clone()
         };
         let logger = crate::cluster::raft_log::logger(0, id);
-        let raw = RawNode::new(&config, storage, &logger).map_err(raft_error)?;
+        let storage = Rc::new(storage);
+        let raw = RawNode::new(&config, SharedStorage(Rc::clone(&storage)), &logger)
+            .map_err(raft_error)?;
         let mut driver = ReplicaDriver {
             raw,
+            storage,
             outbox: Vec::new(),
             high_watermark: 0,
         };
@@ -73,7 +80,12 @@ impl ReplicaDriver {
     }
 
     pub fn store(&self) -> &ReplicaStorage {
-        self.raw.store()
+        &self.storage
+    }
+
+    /// The storage, for writing a round's entries without holding the driver.
+    pub fn shared_store(&self) -> Rc<ReplicaStorage> {
+        Rc::clone(&self.storage)
     }
 
     pub fn is_leader(&self) -> bool {
@@ -114,8 +126,9 @@ impl ReplicaDriver {
     }
 
     /// Proposes a client's batch on the leader: its header gets the offsets it will have
-    /// on every replica; returns its first offset and the offset after it.
-    pub fn propose(&mut self, batch: &[u8]) -> Result<(u64, u64), ProposeError> {
+    /// on every replica, and the leader's clock when the producer left the timestamp 0
+    /// (so every replica stores the same bytes).
+    pub fn propose(&mut self, batch: &[u8]) -> Result<Proposal, ProposeError> {
         if !self.is_leader() {
             return Err(ProposeError::NotLeader {
                 leader: self.leader(),
@@ -134,6 +147,9 @@ impl ReplicaDriver {
         let records = header.record_count.max(1);
         let offset = self.next_offset();
         header.offset = offset;
+        if header.timestamp_ns == 0 {
+            header.timestamp_ns = crate::clock::now_ns();
+        }
         let mut bytes = batch.to_vec();
         header.encode(&mut bytes);
         self.raw
@@ -141,36 +157,79 @@ impl ReplicaDriver {
             .map_err(|e| ProposeError::Refused {
                 reason: e.to_string(),
             })?;
-        Ok((offset, offset + u64::from(records)))
+        Ok(Proposal {
+            base_offset: offset,
+            next_offset: offset + u64::from(records),
+            index: self.raw.raft.raft_log.last_index(),
+            term: self.term(),
+        })
+    }
+
+    /// Whether `proposal` is committed, still pending, or lost to another leader's entry.
+    pub fn outcome(&self, proposal: &Proposal) -> Outcome {
+        let log = &self.raw.raft.raft_log;
+        match log.term(proposal.index) {
+            Ok(term) if term == proposal.term => {
+                if self.committed() >= proposal.index {
+                    Outcome::Committed
+                } else {
+                    Outcome::Pending
+                }
+            }
+            // Another term's entry at its index, or the index is gone (cut): never
+            // committed as proposed.
+            // Below the first index held: only a committed prefix is ever compacted.
+            Err(raft::Error::Store(raft::StorageError::Compacted)) => Outcome::Committed,
+            Ok(_) | Err(_) => Outcome::Lost,
+        }
     }
 
     /// Persists what raft-rs has ready (entries, then hard state) before the messages that
-    /// depend on it are queued, and follows the commit.
+    /// depend on it are queued, and follows the commit. In one call, for a caller that
+    /// holds the driver meanwhile (tests); the replica's task uses the three steps.
     pub async fn handle_ready(&mut self) -> Result<(), ReplicaError> {
-        while self.raw.has_ready() {
-            let mut ready = self.raw.ready();
-            // A leader's appends to followers go out before its own write (Raft allows it).
-            self.outbox.extend(ready.take_messages());
-            self.raw.store().append(ready.entries()).await?;
-            if let Some(hard) = ready.hs() {
-                self.raw.store().set_state(hard, None)?;
-            }
-            self.outbox.extend(ready.take_persisted_messages());
-            let mut light = self.raw.advance(ready);
-            if let Some(commit) = light.commit_index() {
-                let mut hard = self
-                    .raw
-                    .store()
-                    .initial_state()
-                    .map_err(raft_error)?
-                    .hard_state;
-                hard.commit = commit;
-                self.raw.store().set_state(&hard, None)?;
-            }
-            self.outbox.extend(light.take_messages());
-            self.raw.advance_apply();
-            self.follow_commit();
+        while let Some(round) = self.begin_ready() {
+            let storage = self.shared_store();
+            round.persist(&storage).await?;
+            self.finish_ready(round)?;
         }
+        Ok(())
+    }
+
+    /// Takes what raft-rs has ready, queuing the messages that may go before the write
+    /// (a leader's appends to followers: Raft allows them before its own write).
+    /// `None` when nothing is ready. Propose nothing until [`ReplicaDriver::finish_ready`].
+    pub fn begin_ready(&mut self) -> Option<ReadyRound> {
+        if !self.raw.has_ready() {
+            return None;
+        }
+        let mut ready = self.raw.ready();
+        self.outbox.extend(ready.take_messages());
+        Some(ReadyRound { ready })
+    }
+
+    /// After the round's entries are written: the hard state when its term or vote
+    /// changed (the commit is not made durable on its own: a restarted replica learns it
+    /// again from the leader, and raft-rs never needs it), the messages that depend on
+    /// the write, and the commit.
+    pub fn finish_ready(&mut self, round: ReadyRound) -> Result<(), ReplicaError> {
+        let mut ready = round.ready;
+        if let Some(hard) = ready.hs() {
+            let stored = self
+                .raw
+                .store()
+                .initial_state()
+                .map_err(raft_error)?
+                .hard_state;
+            if hard.term != stored.term || hard.vote != stored.vote {
+                self.storage.set_state(hard, None)?;
+            }
+        }
+        self.outbox.extend(ready.take_persisted_messages());
+        let mut light = self.raw.advance(ready);
+        self.outbox.extend(light.take_messages());
+        self.raw.advance_apply();
+        self.follow_commit();
         Ok(())
     }
 
@@ -191,16 +250,33 @@ impl ReplicaDriver {
             .iter()
             .map(records_of)
             .sum();
-        self.raw.store().log().next_offset() + pending
+        self.storage.log().next_offset() + pending
     }
 
-    /// Moves the high watermark to the end of the committed batch this log holds, and
-    /// caps the log's readers there.
+    /// Moves the high watermark to the end of the last committed client batch this log
+    /// holds, and caps the log's readers there. Committed control batches after it stay
+    /// above the watermark until a client batch follows them: no reader is ever served
+    /// one, so a watermark past them would leave a caught-up consumer one offset short of
+    /// it forever.
     fn follow_commit(&mut self) {
-        let commit = self.committed();
-        let log = self.raw.store().log();
-        if let Some(entry) = log.offset_of_raft_index(commit) {
-            self.high_watermark = self.high_watermark.max(entry.next_offset);
+        let log = self.storage.log();
+        let first = log.raft_range().map_or(1, |(first, _)| first);
+        let mut index = self.committed();
+        // Control batches are one per election or membership change: a few in a row.
+        for _ in 0..CONTROL_RUN_MAX {
+            match log.offset_of_raft_index(index) {
+                Some(entry) if entry.control && index > first => index -= 1,
+                Some(entry) => {
+                    let end = if entry.control {
+                        entry.offset
+                    } else {
+                        entry.next_offset
+                    };
+                    self.high_watermark = self.high_watermark.max(end);
+                    break;
+                }
+                None => break,
+            }
         }
         log.set_commit_cap(self.high_watermark);
     }
@@ -208,6 +284,23 @@ impl ReplicaDriver {
 
 /// Offsets an entry takes in the log: a batch its records, any other entry one (a control
 /// batch).
+/// Control batches looked through back from the commit for the last client batch; past
+/// it the watermark waits for the next round (there are never this many in a row).
+const CONTROL_RUN_MAX: usize = 64;
+
+/// One round of raft-rs's `Ready`, its entries to write ([`ReadyRound::persist`]).
+pub struct ReadyRound {
+    ready: Ready,
+}
+
+impl ReadyRound {
+    /// Writes the round's entries (cutting a conflicting tail first); returns once they
+    /// are acknowledged per the log's fsync policy.
+    pub async fn persist(&self, storage: &ReplicaStorage) -> Result<(), ReplicaError> {
+        storage.append(self.ready.entries()).await
+    }
+}
+
 fn records_of(entry: &Entry) -> u64 {
     if entry.data.is_empty() || entry.get_entry_type() != raft::eraftpb::EntryType::EntryNormal {
         return 1;

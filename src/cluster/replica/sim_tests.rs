@@ -135,7 +135,8 @@ impl Sim {
         let node = self.node(leader);
         let mut expected = None;
         for tag in tags {
-            let (offset, next) = node.propose(&batch(tag)).unwrap();
+            let proposal = node.propose(&batch(tag)).unwrap();
+            let (offset, next) = (proposal.base_offset, proposal.next_offset);
             if let Some(expected) = expected {
                 assert_eq!(offset, expected, "contiguous offsets");
             }

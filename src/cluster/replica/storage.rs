@@ -239,6 +239,43 @@ impl ReplicaStorage {
     }
 }
 
+/// A replica's storage shared between its Raft node and the task that writes its
+/// entries (an append waits for the disk without holding the node).
+#[derive(Clone)]
+pub struct SharedStorage(pub Rc<ReplicaStorage>);
+
+impl Storage for SharedStorage {
+    fn initial_state(&self) -> raft::Result<RaftState> {
+        self.0.initial_state()
+    }
+
+    fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: impl Into<Option<u64>>,
+        context: GetEntriesContext,
+    ) -> raft::Result<Vec<Entry>> {
+        self.0.entries(low, high, max_size, context)
+    }
+
+    fn term(&self, idx: u64) -> raft::Result<u64> {
+        self.0.term(idx)
+    }
+
+    fn first_index(&self) -> raft::Result<u64> {
+        self.0.first_index()
+    }
+
+    fn last_index(&self) -> raft::Result<u64> {
+        self.0.last_index()
+    }
+
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        self.0.snapshot(request_index, to)
+    }
+}
+
 impl Storage for ReplicaStorage {
     fn initial_state(&self) -> raft::Result<RaftState> {
         let state = self.state.borrow();

@@ -203,6 +203,10 @@ code_enum!(
         SecurityDisabled = 39,
         /// A change of the cluster's members the controller refused (the message says why).
         MembershipRefused = 40,
+        /// A replicated partition's batch was not held by a majority of its replicas in
+        /// time (no quorum, or leadership lost meanwhile): it may or may not be kept.
+        /// Retry; refresh the metadata first when the leader may have moved.
+        NotReplicated = 41,
     }
 );
 

@@ -25,6 +25,8 @@ pub enum Request<'a> {
     CreateTopic {
         name: &'a [u8],
         settings: TopicSettings,
+        /// Copies of each partition; a request without it (an older client) asks 1.
+        replication_factor: u16,
     },
     DeleteTopic {
         name: &'a [u8],
@@ -264,6 +266,10 @@ fn decode_request_body<'a>(
         ApiKey::CreateTopic => Request::CreateTopic {
             name: r.string("topic")?,
             settings: TopicSettings::read(&mut r)?,
+            replication_factor: match r.remaining() {
+                0 => 1,
+                _ => r.u16("replication factor")?,
+            },
         },
         ApiKey::DeleteTopic => Request::DeleteTopic {
             name: r.string("topic")?,
@@ -466,9 +472,14 @@ pub fn encode_request(out: &mut Vec<u8>, correlation_id: u32, request: &Request<
             out.put_u8(kind);
             out.put_u64(ts);
         }
-        Request::CreateTopic { name, settings } => {
+        Request::CreateTopic {
+            name,
+            settings,
+            replication_factor,
+        } => {
             out.put_string(name);
             settings.put(out);
+            out.put_u16(*replication_factor);
         }
         Request::DeleteTopic { name } => out.put_string(name),
         Request::Metadata { topics } => {

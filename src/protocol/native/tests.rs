@@ -66,6 +66,7 @@ fn every_request_round_trips() {
                 retention_ms: 6,
                 cleanup: 1,
             },
+            replication_factor: 3,
         },
         Request::DeleteTopic { name: b"t" },
         Request::Metadata {
@@ -320,4 +321,30 @@ fn a_metadata_topic_count_is_checked_against_the_bytes() {
     };
     assert_eq!(topics.len(), names.len());
     assert!(topics.iter().zip(&names).all(|(a, b)| a == b));
+}
+
+#[test]
+fn a_create_topic_without_a_replication_factor_asks_one_copy() {
+    let limits = Limits::default();
+    let request = Request::CreateTopic {
+        name: b"t",
+        settings: TopicSettings {
+            partitions: 2,
+            ..Default::default()
+        },
+        replication_factor: 3,
+    };
+    let mut frame = Vec::new();
+    encode_request(&mut frame, 1, &request);
+    let body = frame_body(&frame);
+    assert_eq!(decode_request(body, &limits).unwrap().1, request);
+    // An older client's request ends with the settings.
+    let (_, older) = decode_request(&body[..body.len() - 2], &limits).unwrap();
+    let Request::CreateTopic {
+        replication_factor, ..
+    } = older
+    else {
+        panic!("{older:?}");
+    };
+    assert_eq!(replication_factor, 1);
 }

@@ -36,14 +36,19 @@ pub(crate) struct ControllerTopics {
 }
 
 impl TopicController for ControllerTopics {
-    fn create(&self, meta: TopicMeta, if_not_exists: bool) -> BoxedLocal<Result<(), ShardError>> {
+    fn create(
+        &self,
+        meta: TopicMeta,
+        replication_factor: u16,
+        if_not_exists: bool,
+    ) -> BoxedLocal<Result<(), ShardError>> {
         let (proposer, shard) = (self.proposer.clone(), self.shard.clone());
         Box::pin(async move {
             let name = meta.name.clone();
             let command = Command::CreateTopic {
                 name: name.clone(),
                 partitions: meta.partitions,
-                replication_factor: 1,
+                replication_factor,
                 settings: settings_map(&meta.settings()),
             };
             match proposer.propose(command).await {

@@ -57,7 +57,7 @@ pub(super) fn handle(
                     result
                         .with_topic_id(uuid_of(meta.id))
                         .with_num_partitions(meta.partitions as i32)
-                        .with_replication_factor(1)
+                        .with_replication_factor(replicas_of(&conn, &meta.name))
                         .with_configs(Some(configs))
                 }
                 Err((code, message)) => result
@@ -72,6 +72,12 @@ pub(super) fn handle(
             &CreateTopicsResponse::default().with_topics(results),
         ))
     })
+}
+
+/// Copies of `topic`'s partitions, as placed.
+fn replicas_of(conn: &Conn, topic: &str) -> i16 {
+    let copies = conn.shard.placement().replicas(topic, 0).len();
+    i16::try_from(copies).unwrap_or(i16::MAX)
 }
 
 /// A topic id as Kafka's UUID.
@@ -136,6 +142,8 @@ async fn create(
     }
     // The settings' own checks (segment size range, ...), before anything is created.
     let planned = TopicMeta::from_settings(name, &settings, log).map_err(refused)?;
+    // -1: the default, one copy.
+    let replication_factor = u16::try_from(topic.replication_factor).unwrap_or(1).max(1);
     if validate_only {
         conn.shard
             .valid_name(name.as_bytes(), "topic")
@@ -143,7 +151,7 @@ async fn create(
         return Ok(planned);
     }
     conn.shard
-        .create_topic(&conn.used, name.as_bytes(), &settings)
+        .create_topic(&conn.used, name.as_bytes(), &settings, replication_factor)
         .await
         .map_err(|f| (errors::of(&f), f.to_string()))?;
     conn.shard.topic(name).map(|m| (*m).clone()).ok_or_else(|| {

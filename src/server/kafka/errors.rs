@@ -31,6 +31,7 @@ pub const OUT_OF_ORDER_SEQUENCE_NUMBER: i16 = 45;
 pub const INVALID_PRODUCER_EPOCH: i16 = 47;
 pub const TRANSACTIONAL_ID_AUTHORIZATION_FAILED: i16 = 53;
 pub const INVALID_RECORD: i16 = 87;
+pub const REQUEST_TIMED_OUT: i16 = 7;
 pub const UNKNOWN_TOPIC_ID: i16 = 100;
 pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
 pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
@@ -67,9 +68,12 @@ pub fn of(e: &ShardError) -> i16 {
         | ShardError::StorageFull { .. }
         | ShardError::Corrupt { .. } => KAFKA_STORAGE_ERROR,
         // The client retries elsewhere after refreshing its metadata.
-        ShardError::ShuttingDown { .. } | ShardError::Fenced { .. } | ShardError::NotHere(_) => {
-            NOT_LEADER_OR_FOLLOWER
-        }
+        ShardError::ShuttingDown { .. }
+        | ShardError::Fenced { .. }
+        | ShardError::NotHere(_)
+        | ShardError::NotLeader { .. } => NOT_LEADER_OR_FOLLOWER,
+        // Retriable: the producer sends again (an idempotent one is not doubled).
+        ShardError::NotReplicated { .. } => REQUEST_TIMED_OUT,
         ShardError::UnknownGroup { .. } => COORDINATOR_NOT_AVAILABLE,
         ShardError::Group { error, .. } => group_code(error),
         ShardError::Sequence(e) => sequence_code(e),

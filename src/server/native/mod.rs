@@ -334,9 +334,13 @@ async fn dispatch(session: &Rc<Session>, body: &[u8]) -> Started<Pending> {
         } => offsets::list(shard, used, tag, topic, partition, spec),
         // Forgotten at dispatch too, so the requests pipelined after it are not refused
         // while the change is under way (`UsedTopics::forget`).
-        Request::CreateTopic { name, settings } => {
+        Request::CreateTopic {
+            name,
+            settings,
+            replication_factor,
+        } => {
             used.forget(shard, name);
-            topics::create(shard, used, tag, name, settings)
+            topics::create(shard, used, tag, name, settings, replication_factor)
         }
         Request::DeleteTopic { name } => {
             used.forget(shard, name);

@@ -71,7 +71,8 @@ pub fn code_of(e: &ShardError) -> ErrorCode {
             SequenceError::Fenced { .. } => ErrorCode::ProducerFenced,
             SequenceError::Full { .. } => ErrorCode::ProducerLimit,
         },
-        ShardError::NotHere(_) => ErrorCode::NotHere,
+        ShardError::NotHere(_) | ShardError::NotLeader { .. } => ErrorCode::NotHere,
+        ShardError::NotReplicated { .. } => ErrorCode::NotReplicated,
         ShardError::ShuttingDown { .. } => ErrorCode::ShuttingDown,
         ShardError::Internal { .. } => ErrorCode::Internal,
     }

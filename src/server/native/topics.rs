@@ -13,11 +13,14 @@ pub(super) fn create(
     tag: Tag,
     name: &[u8],
     settings: TopicSettings,
+    replication_factor: u16,
 ) -> Pending {
     let name = name.to_vec();
     let used = Rc::clone(used);
     later(shard, tag, async move |shard: Rc<Shard>| {
-        shard.create_topic(&used, &name, &settings).await?;
+        shard
+            .create_topic(&used, &name, &settings, replication_factor)
+            .await?;
         Ok(empty(tag.1))
     })
 }

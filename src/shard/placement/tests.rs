@@ -257,7 +257,7 @@ fn a_shard_refuses_what_another_node_serves() {
                 "list offsets",
             );
             not_here(
-                shard.create_topic(&used, b"t", &settings).await,
+                shard.create_topic(&used, b"t", &settings, 1).await,
                 "create topic",
             );
             not_here(shard.delete_topic(&used, b"t").await, "delete topic");

@@ -155,6 +155,17 @@ impl PartitionLog {
         }
     }
 
+    /// Checks a batch as staging would (sizes, framing, the control bit, the producer's
+    /// CRC) without staging it: a replicated partition's leader checks a produce whole
+    /// before it proposes any of it.
+    pub fn check_batch(
+        &self,
+        batch: record::BatchParts<'_>,
+        trust: record::BatchTrust,
+    ) -> Result<(), StorageError> {
+        self.validate(batch, trust).map(|_| ())
+    }
+
     pub(super) async fn wait_for_roll(self: &Rc<Self>) {
         let changed = self.progress.changed();
         self.kick();
