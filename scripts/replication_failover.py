@@ -84,18 +84,19 @@ def cli(node, *args, check=True):
 
 
 def leader_node(nodes):
-    """The partition's leader node as a live node's Kafka Metadata names it."""
+    """The partition's leader node as the live nodes' Kafka Metadata names it, once they
+    all name the same."""
+    named = set()
     for node in nodes:
         if node.proc is None:
             continue
         try:
             meta = AdminClient({"bootstrap.servers": node.addr}).list_topics(TOPIC, timeout=2)
             leader = meta.topics[TOPIC].partitions[0].leader
-            if leader >= 0:
-                return leader >> 16
-        except Exception:  # noqa: BLE001 - a node starting; try the next
-            continue
-    return None
+            named.add(leader >> 16 if leader >= 0 else None)
+        except Exception:  # noqa: BLE001 - a node starting
+            named.add(None)
+    return named.pop() if len(named) == 1 else None
 
 
 def wait_until(what, check, timeout_s=30):
@@ -118,6 +119,7 @@ class Load:
             "topic.metadata.refresh.interval.ms": 1000,
         })
         self.acked = []  # (ack time, value)
+        self.sent_at = {}  # value -> send time
         self.failed = 0
         self.lock = threading.Lock()
         self.running = True
@@ -134,14 +136,17 @@ class Load:
     def run(self):
         n = 0
         while self.running:
+            with self.lock:
+                self.sent_at[n] = time.time()
             self.producer.produce(TOPIC, str(n).encode(), partition=0, callback=self.delivered)
             n += 1
             self.producer.poll(INTERVAL_MS / 1000)
         self.producer.flush(60)
 
     def first_ack_after(self, t):
+        """When the first record sent after `t` was acknowledged."""
         with self.lock:
-            return next((at for at, _ in self.acked if at > t), None)
+            return next((at for at, v in self.acked if self.sent_at[v] > t), None)
 
 
 def read_back(bootstrap):
@@ -182,6 +187,7 @@ def main():
         wait_until("a first acknowledgement", lambda: load.first_ack_after(0) is not None)
         times = []
         for kill in range(KILLS):
+            wait_until("the nodes agree on the leader", lambda: leader_node(nodes) is not None)
             leader = leader_node(nodes)
             victim = nodes[leader - 1]
             killed_at = time.time()
