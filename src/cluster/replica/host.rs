@@ -45,7 +45,7 @@ const ELECTION_TICKS: usize = 6;
 const HEARTBEAT_TICKS: usize = 2;
 /// Largest append message to a follower, and most appends in flight to one.
 const MAX_SIZE_PER_MSG: u64 = 1 << 20;
-const MAX_INFLIGHT_MSGS: usize = 256;
+const MAX_INFLIGHT_MSGS: usize = 4096;
 /// Messages from peers waiting for one replica at most.
 const INBOX_CAPACITY: usize = 1024;
 /// Messages stepped in one round before the replica writes and answers.
@@ -335,11 +335,17 @@ async fn run(host: Rc<ReplicaHost>, replica: Rc<Replica>, inbox: LocalReceiver<M
         let Ok(permit) = replica.lock.acquire_permit(1).await else {
             break;
         };
+        let committed = replica.driver.borrow().committed();
         step_all(&replica, first, &inbox).await;
         let now = Instant::now();
         if now >= next_tick {
             replica.driver.borrow_mut().tick();
             next_tick = (next_tick + TICK).max(now);
+        }
+        // Followers' acknowledgements move a leader's commit as they are stepped: the
+        // produces they complete are answered now, not after this round's write.
+        if replica.driver.borrow().committed() != committed {
+            replica.moved.notify_all();
         }
         if let Err(error) = write_ready(&host, &replica).await {
             warn!(topic = %replica.topic, partition = replica.partition, %error, "replica write failed; the replica stops (restart the broker to recover it)");
