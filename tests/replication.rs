@@ -40,15 +40,19 @@ fn pagurus(node: &Broker, args: &[&str], input: &str) -> (bool, String, String) 
     )
 }
 
-/// Produces `lines` to `partition` through `node`, trying again for up to 20 s while no
+/// Produces `lines` to `partition` of `r3` through `node`, trying again for up to 20 s while no
 /// leader is elected (each try fails whole or is acknowledged whole: one batch).
 fn produce(node: &Broker, partition: u32, lines: &[String]) {
+    produce_to(node, "r3", partition, lines);
+}
+
+fn produce_to(node: &Broker, topic: &str, partition: u32, lines: &[String]) {
     let input: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let partition = partition.to_string();
     let args = [
         "produce",
         "--topic",
-        "r3",
+        topic,
         "--partition",
         &partition,
         "--reconnect-ms",
@@ -68,13 +72,17 @@ fn produce(node: &Broker, partition: u32, lines: &[String]) {
     }
 }
 
-/// Every record of `partition`, read through `node` (from the leader).
+/// Every record of `partition` of `r3`, read through `node` (from the leader).
 fn consume(node: &Broker, partition: u32) -> Vec<String> {
+    consume_from(node, "r3", partition)
+}
+
+fn consume_from(node: &Broker, topic: &str, partition: u32) -> Vec<String> {
     let partition = partition.to_string();
     let args = [
         "consume",
         "--topic",
-        "r3",
+        topic,
         "--partition",
         &partition,
         "--from",
@@ -175,6 +183,53 @@ fn three_replicas_hold_the_same_log_and_lose_no_acknowledged_record_to_kills() {
         );
     }
     for node in &mut cluster.nodes[1..] {
+        assert!(node.terminate().success(), "{}", node.log_text());
+    }
+}
+
+#[test]
+fn a_node_without_a_replica_follows_the_leader_the_controller_is_told_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3);
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    let args = ["topics", "create", "r2", "--replication-factor", "2"];
+    let (ok, _, err) = pagurus(&cluster.nodes[0], &args, "");
+    assert!(ok, "{err}");
+    let holds = |id| !common::cluster::partitions_on(dir.path(), id, "r2").is_empty();
+    common::cluster::eventually("two nodes hold r2", || {
+        (1..=3).filter(|&id| holds(id)).count() == 2
+    });
+    let outside = (1..=3).find(|&id| !holds(id)).unwrap();
+    let outsider = usize::from(outside) - 1;
+    // Through the node with no replica: it names the leader it was told of.
+    let mut acknowledged = lines("first", 4);
+    produce_to(&cluster.nodes[outsider], "r2", 0, &acknowledged);
+
+    // The leader killed: with two replicas the other cannot win alone, so the killed one
+    // comes back; whichever leads then tells the controller, and the outsider follows.
+    let leader = (1..=3u16)
+        .filter(|&id| id != outside)
+        .find(|&id| {
+            let (_, out, _) = pagurus(
+                &cluster.nodes[usize::from(id) - 1],
+                &["topics", "describe", "r2"],
+                "",
+            );
+            out.lines()
+                .any(|l| l.split_whitespace().take(2).eq(["0", &id.to_string()]))
+        })
+        .unwrap();
+    cluster.node(leader).kill();
+    cluster.node(leader).restart();
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(20));
+    let more = lines("after", 4);
+    produce_to(&cluster.nodes[outsider], "r2", 0, &more);
+    acknowledged.extend(more);
+    assert_eq!(
+        consume_from(&cluster.nodes[outsider], "r2", 0),
+        acknowledged
+    );
+    for node in &mut cluster.nodes {
         assert!(node.terminate().success(), "{}", node.log_text());
     }
 }

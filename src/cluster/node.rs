@@ -13,6 +13,7 @@
 //! core 0 keeps serving clients meanwhile. Ticks and steps touch memory only and stay on
 //! the executor.
 
+mod hints;
 mod peers;
 mod propose;
 #[cfg(test)]
@@ -263,6 +264,7 @@ struct Driver {
     peers: Vec<crate::cluster::config::Peer>,
     /// Whether this node saw itself out of the voters (removed), so it says so once.
     removed: bool,
+    hints: hints::Hints,
 }
 
 impl Driver {
@@ -306,6 +308,7 @@ impl Driver {
             flag_peers: setup.cluster.peers.clone(),
             peers: setup.cluster.peers.clone(),
             removed: false,
+            hints: hints::Hints::default(),
         }
     }
 
@@ -368,6 +371,7 @@ impl Driver {
             }
             self.propose_register(now);
             self.propose_liveness(now);
+            self.propose_hints(now);
             self.waiting.expire(now);
             let controller = self.controller.as_mut().expect("the controller is here");
             self.waiting.propose(controller);
@@ -515,6 +519,23 @@ impl Driver {
                 Err(error) => debug!(node = node.0, %error, "liveness not proposed"),
             }
         }
+    }
+
+    fn propose_hints(&mut self, now: Instant) {
+        let (me, view) = (self.me, std::sync::Arc::clone(&self.view));
+        let mut next = self.next_proposal;
+        let controller = self.controller.as_mut().expect("the controller is here");
+        self.hints.propose(
+            me,
+            &view,
+            controller,
+            || {
+                next += 1;
+                next
+            },
+            now,
+        );
+        self.next_proposal = next;
     }
 
     fn proposal_id(&mut self) -> u64 {

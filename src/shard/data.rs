@@ -454,6 +454,7 @@ impl Shard {
         max_wait_ms: u32,
     ) -> Result<SendPlan, ShardError> {
         let log = self.owned_log(topic, partition)?;
+        self.check_reads(topic, partition)?;
         let wait = Duration::from_millis(max_wait_ms.into()).min(self.config.fetch_wait_max);
         let deadline = Instant::now() + wait;
         loop {
@@ -577,6 +578,7 @@ impl Run for Fetch {
 impl Run for ListOffsets {
     async fn run(self, shard: &Rc<Shard>) -> Result<u64, ShardError> {
         let log = shard.owned_log(&self.topic, self.partition)?;
+        shard.check_reads(&self.topic, self.partition)?;
         Ok(match self.spec {
             OffsetSpec::Earliest => log.log_start_offset(),
             OffsetSpec::Latest => log.high_watermark(),

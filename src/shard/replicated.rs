@@ -71,6 +71,9 @@ pub trait Replicated {
     /// between them; the first batch's offset and the last one's proposal.
     fn propose(&self, batches: Vec<Vec<u8>>) -> BoxedLocal<Result<(u64, Proposal), ShardError>>;
     fn outcome(&self, proposal: &Proposal) -> Outcome;
+    /// Whether reads may be served here: this replica leads and its high watermark is the
+    /// group's (see `ReplicaDriver::serves_reads`).
+    fn serves_reads(&self) -> bool;
     /// Resolves once the commit or the leadership moved (or at once when stopped).
     fn changed(&self) -> BoxedLocal<()>;
     /// Stops the replica (its topic was deleted, or the broker stops).
@@ -207,6 +210,21 @@ impl Shard {
             base_offset,
             last,
         })
+    }
+}
+
+impl Shard {
+    /// Refuses a read of a replicated partition this core's replica may not serve (not the
+    /// leader, or a new one that has not committed in its term): the client asks again.
+    pub(crate) fn check_reads(&self, topic: &str, partition: u32) -> Result<(), ShardError> {
+        match self.replicated(topic, partition) {
+            Some(replica) if !replica.serves_reads() => Err(ShardError::NotLeader {
+                topic: topic.to_string(),
+                partition,
+                leader: String::from("not ready: no commit in its term yet, or not the leader"),
+            }),
+            _ => Ok(()),
+        }
     }
 }
 

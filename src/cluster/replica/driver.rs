@@ -92,6 +92,14 @@ impl ReplicaDriver {
         self.raw.raft.state == StateRole::Leader
     }
 
+    /// Whether this replica may serve reads: it leads, and has committed an entry of its
+    /// own term, so its high watermark is the group's (a new leader learns the commit of
+    /// earlier terms only then; before, its watermark may lag what was acknowledged).
+    pub fn serves_reads(&self) -> bool {
+        let log = &self.raw.raft.raft_log;
+        self.is_leader() && log.term(log.committed).ok() == Some(self.term())
+    }
+
     /// The leader this replica knows of.
     pub fn leader(&self) -> Option<u64> {
         Some(self.raw.raft.leader_id).filter(|&l| l != 0)

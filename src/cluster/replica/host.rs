@@ -275,6 +275,10 @@ impl Replicated for Handle {
         self.0.driver.borrow().outcome(proposal)
     }
 
+    fn serves_reads(&self) -> bool {
+        self.0.driver.borrow().serves_reads()
+    }
+
     fn changed(&self) -> BoxedLocal<()> {
         let replica = Rc::clone(&self.0);
         Box::pin(async move {
