@@ -11,6 +11,7 @@ checked: none lost, none out of order.
 
     scripts/replication_failover.py            # 20 kills
     KILLS=5 CORES=2 scripts/replication_failover.py
+    IDEMPOTENT=1 scripts/replication_failover.py  # also checks that no record is stored twice
 
 Prints the failover times, their median and max, and the checks; exits non-zero when an
 acknowledged record is lost or reordered. Not part of CI (a long-run tool): the
@@ -36,6 +37,7 @@ BIN = os.path.join(TARGET, "release", "pagurus")
 KILLS = int(os.environ.get("KILLS", "20"))
 CORES = os.environ.get("CORES", "1")
 INTERVAL_MS = float(os.environ.get("INTERVAL_MS", "5"))
+IDEMPOTENT = os.environ.get("IDEMPOTENT") == "1"
 TOPIC = "failover"
 
 
@@ -113,7 +115,7 @@ class Load:
 
     def __init__(self, bootstrap):
         self.producer = Producer({
-            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": False,
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": IDEMPOTENT,
             "linger.ms": 0, "max.in.flight.requests.per.connection": 1, "retry.backoff.ms": 50, "reconnect.backoff.ms": 50,
             "reconnect.backoff.max.ms": 200, "message.timeout.ms": 60000,
             "topic.metadata.refresh.interval.ms": 1000,
@@ -206,14 +208,16 @@ def main():
         acked = [v for _, v in sorted(load.acked)]
         stored = read_back(bootstrap)
         missing = sorted(set(acked) - set(stored))
+        doubled = len(stored) - len(set(stored))
         position = {v: i for i, v in enumerate(stored)}
         acked_in_log_order = sorted(set(acked) & set(stored), key=lambda v: position[v])
         reordered = acked_in_log_order != sorted(acked_in_log_order)
         print(f"failover over {len(times)} kills: median {statistics.median(times):.3f} s, "
               f"max {max(times):.3f} s")
         print(f"records acknowledged {len(acked)}, failed {load.failed}, read back {len(stored)}, "
-              f"acknowledged and missing {len(missing)}, acknowledged out of order: {reordered}")
-        if missing or reordered:
+              f"acknowledged and missing {len(missing)}, acknowledged out of order: {reordered}, "
+              f"stored twice {doubled}{' (idempotent: must be 0)' if IDEMPOTENT else ''}")
+        if missing or reordered or (IDEMPOTENT and doubled):
             print(f"LOST: {missing[:20]}", file=sys.stderr)
             return 1
         return 0

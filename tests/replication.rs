@@ -4,7 +4,9 @@
 //! (the node routes it to the leader, or says where the leader is); every node's log holds
 //! the same bytes; a kill -9 of the leader loses no acknowledged record, and the two others
 //! elect a new leader that takes produces; a node killed and restarted catches up, and
-//! serves every acknowledged record once the others die in turn.
+//! serves every acknowledged record once the others die in turn. A node with no replica
+//! routes to the leader the controller is told of; an idempotent librdkafka producer's
+//! messages are stored once.
 
 mod common;
 
@@ -229,6 +231,46 @@ fn a_node_without_a_replica_follows_the_leader_the_controller_is_told_of() {
         consume_from(&cluster.nodes[outsider], "r2", 0),
         acknowledged
     );
+    for node in &mut cluster.nodes {
+        assert!(node.terminate().success(), "{}", node.log_text());
+    }
+}
+
+/// An idempotent librdkafka producer (acks=all) and a consumer on a topic of replication
+/// factor 3, bootstrapped on all three nodes: every message acknowledged once and read back
+/// once, in order per partition (`tests/kafka/librdkafka.py idempotent`).
+#[test]
+fn an_idempotent_librdkafka_producer_on_replicated_partitions() {
+    if !common::have_python("confluent_kafka") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3);
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    let bootstrap: Vec<String> = cluster.nodes.iter().map(|n| n.addr.to_string()).collect();
+    let script = format!("{}/tests/kafka/librdkafka.py", env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new("timeout")
+        .args([
+            "120",
+            "python3",
+            &script,
+            "idempotent",
+            &bootstrap.join(","),
+            "idem",
+            "20000",
+        ])
+        .env("REPLICATION_FACTOR", "3")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let json: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| {
+            panic!(
+                "no JSON ({e}): {stdout} {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    assert_eq!(json["delivered"], 20000, "{json}");
     for node in &mut cluster.nodes {
         assert!(node.terminate().success(), "{}", node.log_text());
     }

@@ -204,8 +204,8 @@ fn sequence_failure(e: SequenceError) -> ShardError {
 /// producer id, in offset order. Each step plans up to `REBUILD_READ_BYTES` of batches,
 /// has the storage check them (on its blocking thread; a damaged batch is skipped, as it
 /// is never served), then reads the headers of the Kafka ones on the blocking pool.
-async fn rebuild(log: &PartitionLog, metrics: &Metrics) -> Table {
-    let mut table = Table::new(PRODUCERS_PER_PARTITION_MAX);
+pub(crate) async fn rebuild<T: Copy>(log: &PartitionLog, metrics: &Metrics) -> ProducerTable<T> {
+    let mut table = ProducerTable::new(PRODUCERS_PER_PARTITION_MAX);
     let segments = log.segments();
     let from = segments
         .len()

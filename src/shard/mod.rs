@@ -131,6 +131,8 @@ pub struct Shard {
     /// This core's replicas, by topic and partition (their logs are theirs: see
     /// [`Shard::local_log`]).
     replicas: RefCell<HashMap<(String, u32), Rc<dyn replicated::Replicated>>>,
+    /// Idempotent producers of the replicated partitions this core leads.
+    replicated_producers: replicated::ReplicatedProducers,
 }
 
 /// Where a cluster node's topic changes go instead of being made here at once (the
@@ -188,6 +190,7 @@ impl Shard {
             topic_controller: std::cell::OnceCell::new(),
             replica_host: std::cell::OnceCell::new(),
             replicas: RefCell::new(HashMap::new()),
+            replicated_producers: Default::default(),
         }
     }
 
@@ -426,6 +429,7 @@ impl Shard {
         }
         self.partitions.borrow_mut().remove(name);
         self.stop_replicas(name);
+        self.replicated_producers.forget_topic(name);
         self.producers.forget_topic(name);
     }
 

@@ -6,10 +6,17 @@
 //! majority holds it: the commit passed its last batch with the leader's term still there.
 //! Readers stop at the high watermark, which is the commit (the log's commit cap).
 //!
-//! Not built yet: idempotent producers on a replicated partition (refused, so no
-//! duplicate is ever acknowledged as deduplicated), retention and compaction of its log
-//! (skipped: they would renumber Raft entries below followers that may still need them).
+//! Idempotent Kafka producers: the leader keeps the partition's producer table, built
+//! from its log in each term it leads in (the log is replicated, and a new leader's log
+//! holds every acknowledged batch, so a retry after a failover is still recognised); it
+//! waits until the leader has committed in its term, when its log's committed prefix is
+//! the group's. A batch is remembered with its proposal and settled against the outcome.
+//!
+//! Not built yet: retention and compaction of a replicated log (skipped: they would
+//! renumber Raft entries below followers that may still need them).
 
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -21,7 +28,9 @@ use crate::protocol::native::ProduceBatches;
 use crate::protocol::record::{BatchParts, BatchTrust};
 use crate::shard::calls::{Produce, Produced};
 use crate::shard::data::{BatchSource, Batches, kafka_parts};
+use crate::shard::idempotence::{IdempotentBatch, rebuild};
 use crate::shard::placement::ReplicaSet;
+use crate::shard::producers::{ProducerBatch, ProducerTable, Settlement, Verdict};
 use crate::shard::{Shard, ShardError};
 use crate::storage::PartitionLog;
 
@@ -68,8 +77,10 @@ pub trait Replicated {
     /// The partition's log now (cutting a divergent tail reopens it).
     fn log(&self) -> Rc<PartitionLog>;
     /// Proposes validated batches (stored format) as the leader, in order, with nothing
-    /// between them; the first batch's offset and the last one's proposal.
-    fn propose(&self, batches: Vec<Vec<u8>>) -> BoxedLocal<Result<(u64, Proposal), ShardError>>;
+    /// between them; each batch's proposal.
+    fn propose(&self, batches: Vec<Vec<u8>>) -> BoxedLocal<Result<Vec<Proposal>, ShardError>>;
+    /// The term this replica is in (a leader's: the term it leads in).
+    fn term(&self) -> u64;
     fn outcome(&self, proposal: &Proposal) -> Outcome;
     /// Whether reads may be served here: this replica leads and its high watermark is the
     /// group's (see `ReplicaDriver::serves_reads`).
@@ -86,7 +97,42 @@ pub(crate) struct ReplicatedProduce {
     pub topic: String,
     pub partition: u32,
     pub base_offset: u64,
-    pub last: Proposal,
+    pub next_offset: u64,
+    /// The proposal whose commit acknowledges the produce; `None` for an idempotent
+    /// producer's retry of a batch already stored.
+    pub last: Option<Proposal>,
+}
+
+/// Idempotent producers of the replicated partitions a core leads, by partition.
+#[derive(Default)]
+pub(crate) struct ReplicatedProducers {
+    partitions: RefCell<HashMap<(String, u32), Rc<LeaderTable>>>,
+}
+
+impl ReplicatedProducers {
+    pub(crate) fn forget_topic(&self, topic: &str) {
+        self.partitions.borrow_mut().retain(|(t, _), _| t != topic);
+    }
+
+    fn of(&self, topic: &str, partition: u32) -> Rc<LeaderTable> {
+        let key = (topic.to_string(), partition);
+        let mut partitions = self.partitions.borrow_mut();
+        Rc::clone(partitions.entry(key).or_insert_with(|| {
+            Rc::new(LeaderTable {
+                term: Cell::new(0),
+                table: RefCell::new(None),
+                lock: glommio::sync::Semaphore::new(1),
+            })
+        }))
+    }
+}
+
+/// One partition's table, for the term it was built in, and the lock held from check to
+/// record.
+struct LeaderTable {
+    term: Cell<u64>,
+    table: RefCell<Option<ProducerTable<Proposal>>>,
+    lock: glommio::sync::Semaphore,
 }
 
 impl Shard {
@@ -157,9 +203,80 @@ impl Shard {
             } => kafka_parts(batches)
                 .map(|parts| check(&log, parts, BatchTrust::KafkaChecked))
                 .collect::<Result<_, _>>()?,
-            Batches::Kafka { .. } => return Err(idempotence_refused(topic, partition)),
+            Batches::Kafka { batches, producers } => {
+                let stored = kafka_parts(batches)
+                    .map(|parts| check(&log, parts, BatchTrust::KafkaChecked))
+                    .collect::<Result<_, _>>()?;
+                return self
+                    .propose_idempotent(replica, topic, partition, stored, producers)
+                    .await;
+            }
         };
-        self.propose_all(replica, topic, partition, stored).await
+        Ok(self
+            .propose_all(replica, topic, partition, stored)
+            .await?
+            .produce)
+    }
+
+    /// Proposes an idempotent producer's batches: a retry of a remembered batch is
+    /// answered with its offsets (once its proposal commits) and not proposed again;
+    /// out-of-sequence batches and older epochs are refused.
+    async fn propose_idempotent(
+        &self,
+        replica: Rc<dyn Replicated>,
+        topic: &str,
+        partition: u32,
+        stored: Vec<Vec<u8>>,
+        producers: &[IdempotentBatch],
+    ) -> Result<ReplicatedProduce, ShardError> {
+        let state = self.replicated_producers.of(topic, partition);
+        let _held = state
+            .lock
+            .acquire_permit(1)
+            .await
+            .map_err(|_| ShardError::shutting_down("producer table closed"))?;
+        // A table from another term may miss what the last leader stored: built again,
+        // once this leader's committed prefix is the group's.
+        if state.term.get() != replica.term() || state.table.borrow().is_none() {
+            self.check_reads(topic, partition)?;
+            let table = rebuild(&replica.log(), &self.metrics).await;
+            *state.table.borrow_mut() = Some(table);
+            state.term.set(replica.term());
+        }
+        let run: Vec<ProducerBatch> = producers.iter().map(|b| b.producer).collect();
+        let verdict = {
+            let mut guard = state.table.borrow_mut();
+            let table = guard.as_mut().expect("built above");
+            for b in &run {
+                table.settle(b.producer_id, |p| match replica.outcome(p) {
+                    Outcome::Committed => Settlement::Stored,
+                    Outcome::Pending => Settlement::Pending,
+                    Outcome::Lost => Settlement::Lost,
+                });
+            }
+            table.check_run(&run).map_err(ShardError::Sequence)?
+        };
+        if let Verdict::Duplicate {
+            base_offset,
+            staged,
+        } = verdict
+        {
+            return Ok(ReplicatedProduce {
+                replica,
+                topic: topic.to_string(),
+                partition,
+                base_offset,
+                next_offset: base_offset + producers[0].offsets,
+                last: staged,
+            });
+        }
+        let produce = self.propose_all(replica, topic, partition, stored).await?;
+        let mut guard = state.table.borrow_mut();
+        let table = guard.as_mut().expect("built above");
+        for (b, proposal) in producers.iter().zip(&produce.proposals) {
+            table.record(&b.producer, proposal.base_offset, Some(*proposal));
+        }
+        Ok(produce.produce)
     }
 
     /// [`Shard::propose_produce`] for a produce another core sent here.
@@ -169,9 +286,6 @@ impl Shard {
         produce: &Produce,
     ) -> Result<ReplicatedProduce, ShardError> {
         let log = replica.log();
-        if !produce.producers.is_empty() {
-            return Err(idempotence_refused(&produce.topic, produce.partition));
-        }
         let limits = self.config.log.limits;
         let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
         let stored = match produce.source {
@@ -181,8 +295,21 @@ impl Shard {
                 .map(|(_, batch)| check(&log, BatchParts::whole(batch), BatchTrust::KafkaChecked))
                 .collect::<Result<_, _>>()?,
         };
-        self.propose_all(replica, &produce.topic, produce.partition, stored)
-            .await
+        if !produce.producers.is_empty() {
+            return self
+                .propose_idempotent(
+                    replica,
+                    &produce.topic,
+                    produce.partition,
+                    stored,
+                    &produce.producers,
+                )
+                .await;
+        }
+        Ok(self
+            .propose_all(replica, &produce.topic, produce.partition, stored)
+            .await?
+            .produce)
     }
 
     async fn propose_all(
@@ -191,25 +318,31 @@ impl Shard {
         topic: &str,
         partition: u32,
         stored: Vec<Vec<u8>>,
-    ) -> Result<ReplicatedProduce, ShardError> {
-        if stored.is_empty() {
-            return Err(ShardError::malformed("a produce with no batch"));
-        }
+    ) -> Result<Proposed, ShardError> {
         let (count, bytes) = (
             stored.len() as u64,
             stored.iter().map(|b| b.len() as u64).sum(),
         );
-        let (base_offset, last) = replica.propose(stored).await?;
+        let proposals = replica.propose(stored).await?;
+        let (Some(first), Some(last)) = (proposals.first().copied(), proposals.last().copied())
+        else {
+            return Err(ShardError::malformed("a produce with no batch"));
+        };
         Metrics::add(&self.metrics.batches_in, count);
-        Metrics::add(&self.metrics.records_in, last.next_offset - base_offset);
+        Metrics::add(
+            &self.metrics.records_in,
+            last.next_offset - first.base_offset,
+        );
         Metrics::add(&self.metrics.bytes_in, bytes);
-        Ok(ReplicatedProduce {
+        let produce = ReplicatedProduce {
             replica,
             topic: topic.to_string(),
             partition,
-            base_offset,
-            last,
-        })
+            base_offset: first.base_offset,
+            next_offset: last.next_offset,
+            last: Some(last),
+        };
+        Ok(Proposed { produce, proposals })
     }
 }
 
@@ -228,9 +361,16 @@ impl Shard {
     }
 }
 
+/// A produce proposed, and each of its batches' proposals.
+struct Proposed {
+    produce: ReplicatedProduce,
+    proposals: Vec<Proposal>,
+}
+
 impl ReplicatedProduce {
     pub(crate) fn is_done(&self) -> bool {
-        self.replica.outcome(&self.last) != Outcome::Pending
+        self.last
+            .is_none_or(|last| self.replica.outcome(&last) != Outcome::Pending)
     }
 
     /// Waits until a majority holds the produce's last batch (and so every batch before
@@ -243,13 +383,11 @@ impl ReplicatedProduce {
                 partition: self.partition,
                 reason: reason.to_string(),
             };
-            match self.replica.outcome(&self.last) {
-                Outcome::Committed => {
-                    return Ok(Produced {
-                        base_offset: self.base_offset,
-                        next_offset: self.last.next_offset,
-                    });
-                }
+            let Some(last) = self.last else {
+                return Ok(self.produced());
+            };
+            match self.replica.outcome(&last) {
+                Outcome::Committed => return Ok(self.produced()),
                 Outcome::Lost => {
                     return Err(refused(
                         "the leader changed before a majority held the batch",
@@ -268,6 +406,13 @@ impl ReplicatedProduce {
             changed
                 .or(async move { glommio::timer::sleep(deadline - now).await })
                 .await;
+        }
+    }
+
+    fn produced(&self) -> Produced {
+        Produced {
+            base_offset: self.base_offset,
+            next_offset: self.next_offset,
         }
     }
 }
@@ -290,10 +435,4 @@ fn check(
     bytes.extend_from_slice(batch.head);
     bytes.extend_from_slice(batch.tail);
     Ok(bytes)
-}
-
-fn idempotence_refused(topic: &str, partition: u32) -> ShardError {
-    ShardError::invalid_config(format!(
-        "{topic}/{partition} is replicated: idempotent producers are not taken on replicated partitions yet (produce with enable.idempotence=false)"
-    ))
 }

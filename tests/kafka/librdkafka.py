@@ -6,6 +6,7 @@ and exits non-zero on any failure. Consumers use assign() with enable.auto.commi
 so no consumer group is involved.
 """
 
+import os
 import json
 import sys
 import time
@@ -23,7 +24,9 @@ def fail(why):
 
 def create_topic(bootstrap, topic, partitions):
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)],
+    # REPLICATION_FACTOR: copies of each partition (a cluster's test asks 3).
+    factor = int(os.environ.get("REPLICATION_FACTOR", "1"))
+    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=factor)],
                                   request_timeout=30)
     futures[topic].result(timeout=TIMEOUT_S)
     md = admin.list_topics(topic=topic, timeout=30)

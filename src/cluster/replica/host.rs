@@ -250,29 +250,42 @@ impl Replicated for Handle {
         self.0.driver.borrow().store().log()
     }
 
-    fn propose(&self, batches: Vec<Vec<u8>>) -> BoxedLocal<Result<(u64, Proposal), ShardError>> {
+    fn propose(&self, batches: Vec<Vec<u8>>) -> BoxedLocal<Result<Vec<Proposal>, ShardError>> {
         let replica = Rc::clone(&self.0);
         Box::pin(async move {
             let Ok(_permit) = replica.lock.acquire_permit(1).await else {
                 return Err(ShardError::shutting_down("the replica stopped"));
             };
             let mut driver = replica.driver.borrow_mut();
-            let mut first = None;
-            let mut last = None;
+            let mut proposals = Vec::with_capacity(batches.len());
+            let mut refused = None;
             for batch in &batches {
-                let proposal = driver.propose(batch).map_err(|e| replica.refusal(e))?;
-                first.get_or_insert(proposal.base_offset);
-                last = Some(proposal);
+                match driver.propose(batch) {
+                    Ok(proposal) => proposals.push(proposal),
+                    Err(e) => {
+                        refused = Some(replica.refusal(e));
+                        break;
+                    }
+                }
             }
             drop(driver);
-            replica.wake.notify_all();
-            let last = last.ok_or_else(|| ShardError::malformed("a produce with no batch"))?;
-            Ok((first.expect("set with last"), last))
+            // Those proposed before a refusal stay proposed: the task writes them.
+            if !proposals.is_empty() {
+                replica.wake.notify_all();
+            }
+            match refused {
+                Some(refusal) => Err(refusal),
+                None => Ok(proposals),
+            }
         })
     }
 
     fn outcome(&self, proposal: &Proposal) -> Outcome {
         self.0.driver.borrow().outcome(proposal)
+    }
+
+    fn term(&self) -> u64 {
+        self.0.driver.borrow().term()
     }
 
     fn serves_reads(&self) -> bool {
