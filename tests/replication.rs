@@ -275,3 +275,42 @@ fn an_idempotent_librdkafka_producer_on_replicated_partitions() {
         assert!(node.terminate().success(), "{}", node.log_text());
     }
 }
+
+/// A topic deleted and made again under its name keeps its records when every node
+/// restarts: the controller applies the old deletion again at start (its log replayed from
+/// the last snapshot), and the node must not delete the topic made since (it did, for
+/// topics of one copy too, before).
+#[test]
+fn a_topic_made_again_after_a_deletion_survives_a_restart_of_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3);
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(15));
+    for (topic, factor) in [("again3", "3"), ("again1", "1")] {
+        for step in ["create", "delete", "create"] {
+            let mut args = vec!["topics", step, topic];
+            if step == "create" {
+                args.extend(["--replication-factor", factor]);
+            }
+            let (ok, _, err) = pagurus(&cluster.nodes[0], &args, "");
+            assert!(ok, "{step} {topic}: {err}");
+        }
+        produce_to(&cluster.nodes[1], topic, 0, &lines(topic, 5));
+    }
+    for node in &mut cluster.nodes {
+        assert!(node.terminate().success(), "{}", node.log_text());
+    }
+    for node in &mut cluster.nodes {
+        node.restart();
+    }
+    agreed(&cluster, &[1, 2, 3], 3, Duration::from_secs(20));
+    for topic in ["again3", "again1"] {
+        assert_eq!(
+            consume_from(&cluster.nodes[2], topic, 0),
+            lines(topic, 5),
+            "{topic}"
+        );
+    }
+    for node in &mut cluster.nodes {
+        assert!(node.terminate().success(), "{}", node.log_text());
+    }
+}

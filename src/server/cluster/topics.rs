@@ -160,6 +160,12 @@ pub(crate) async fn follow(
 ) {
     while let Some(change) = changes.recv().await {
         match change {
+            // A deletion the controller applies again at a restart (its log replayed from
+            // the last snapshot) must not delete a topic made again under that name since:
+            // the view, published after the whole round, has it then.
+            TopicChange::Deleted(name) if view.has_topic(&name) => {
+                info!(topic = %name, "a deletion applied again at start; the topic made since is kept");
+            }
             TopicChange::Deleted(name) => {
                 if shard.topic(&name).is_some() {
                     match shard.remove_topic(&name).await {
