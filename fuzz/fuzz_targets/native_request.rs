@@ -2,7 +2,8 @@
 //!
 //! Properties: framing is consistent; decoding never panics and allocates at most a small
 //! multiple of the bytes received; what decodes re-encodes to the same bytes (list-offsets
-//! aside, whose timestamp is ignored for earliest/latest) and decodes again to the same
+//! aside, whose timestamp is ignored for earliest/latest, and a create-topic without its
+//! optional replication factor, which re-encodes with it) and decodes again to the same
 //! request; produce batches iterate exactly as validated; anything accepted under small
 //! limits is accepted under the default ones.
 #![no_main]
@@ -93,8 +94,18 @@ fn check_decode(body: &[u8], limits: &Limits) -> bool {
     native::encode_request(&mut out, header.correlation_id, &request);
     let prefix = u32::from_be_bytes(out[..4].try_into().unwrap()) as usize;
     assert_eq!(prefix, out.len() - native::FRAME_LEN_BYTES);
-    if !matches!(request, Request::ListOffsets { .. }) {
-        assert_eq!(&out[4..], body, "re-encoding changed the bytes");
+    match &request {
+        Request::ListOffsets { .. } => {}
+        // An older client's CreateTopic ends before its replication factor, which decodes
+        // as 1 and is written out.
+        Request::CreateTopic {
+            replication_factor: 1,
+            ..
+        } if out.len() - 4 == body.len() + 2 => {
+            assert_eq!(&out[4..4 + body.len()], body, "re-encoding changed the bytes");
+            assert_eq!(&out[4 + body.len()..], &1u16.to_be_bytes());
+        }
+        _ => assert_eq!(&out[4..], body, "re-encoding changed the bytes"),
     }
     let again = native::decode_request(&out[4..], limits).expect("re-encoded request decodes");
     assert_eq!(again, (header, request));
