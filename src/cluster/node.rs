@@ -521,23 +521,6 @@ impl Driver {
         }
     }
 
-    fn propose_hints(&mut self, now: Instant) {
-        let (me, view) = (self.me, std::sync::Arc::clone(&self.view));
-        let mut next = self.next_proposal;
-        let controller = self.controller.as_mut().expect("the controller is here");
-        self.hints.propose(
-            me,
-            &view,
-            controller,
-            || {
-                next += 1;
-                next
-            },
-            now,
-        );
-        self.next_proposal = next;
-    }
-
     fn proposal_id(&mut self) -> u64 {
         self.next_proposal += 1;
         self.next_proposal
@@ -582,31 +565,6 @@ impl Driver {
             transport: self.transport.stats(),
             leader_changes: self.leader_changes,
         });
-    }
-}
-
-impl Driver {
-    /// Gives the transport the members the controller's state now has, when they changed;
-    /// says once when this node is no longer one of the voters.
-    fn follow_members(&mut self) {
-        let controller = self.current();
-        let Some(wanted) = peers::wanted(controller, &self.flag_peers) else {
-            return;
-        };
-        let out = !controller.voters().contains(&self.me);
-        if out && !self.removed {
-            warn!(
-                node = self.me.0,
-                "this node is no longer a voter of the controller (removed from the cluster): stop it"
-            );
-        }
-        self.removed = out;
-        if wanted != self.peers {
-            let ids: Vec<u16> = wanted.iter().map(|p| p.node.0).collect();
-            info!(members = ?ids, "cluster members changed");
-            self.transport.set_peers(&wanted);
-            self.peers = wanted;
-        }
     }
 }
 

@@ -74,3 +74,23 @@ fn stale_hint(controller: &Controller, me: NodeId, group: u64) -> Option<Command
         leader: mine,
     })
 }
+
+impl super::Driver {
+    /// [`Hints::propose`] with this driver's proposal ids.
+    pub(super) fn propose_hints(&mut self, now: Instant) {
+        let (me, view) = (self.me, std::sync::Arc::clone(&self.view));
+        let mut next = self.next_proposal;
+        let controller = self.controller.as_mut().expect("the controller is here");
+        self.hints.propose(
+            me,
+            &view,
+            controller,
+            || {
+                next += 1;
+                next
+            },
+            now,
+        );
+        self.next_proposal = next;
+    }
+}

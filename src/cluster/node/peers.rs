@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::cluster::NodeId;
 use crate::cluster::config::{Peer, PeerAddr};
@@ -37,4 +37,29 @@ pub(super) fn wanted(controller: &Controller, flag_peers: &[Peer]) -> Option<Vec
         })
         .collect();
     Some(peers)
+}
+
+impl super::Driver {
+    /// Gives the transport the members the controller's state now has, when they changed;
+    /// says once when this node is no longer one of the voters.
+    pub(super) fn follow_members(&mut self) {
+        let controller = self.current();
+        let Some(wanted) = wanted(controller, &self.flag_peers) else {
+            return;
+        };
+        let out = !controller.voters().contains(&self.me);
+        if out && !self.removed {
+            warn!(
+                node = self.me.0,
+                "this node is no longer a voter of the controller (removed from the cluster): stop it"
+            );
+        }
+        self.removed = out;
+        if wanted != self.peers {
+            let ids: Vec<u16> = wanted.iter().map(|p| p.node.0).collect();
+            info!(members = ?ids, "cluster members changed");
+            self.transport.set_peers(&wanted);
+            self.peers = wanted;
+        }
+    }
 }
