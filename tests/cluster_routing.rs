@@ -4,37 +4,10 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::Broker;
-use common::cluster::{Cluster, agreed, partitions_on};
+use common::cluster::{Cluster, agreed, pagurus, partitions_on};
 use pagurus::protocol::native::TopicSettings;
-
-/// `pagurus ARGS --broker NODE` with `input` on stdin; (success, stdout, stderr).
-fn pagurus(node: &Broker, args: &[&str], input: &str) -> (bool, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
-        .args(args)
-        .args(["--broker", &node.addr.to_string(), "--timeout-ms", "5000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[test]
 fn the_cli_bootstrapped_on_one_node_reaches_a_partition_of_another() {

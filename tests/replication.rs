@@ -10,37 +10,11 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::Broker;
-use common::cluster::{Cluster, agreed};
-
-/// Runs the command line against `node`; (success, stdout, stderr). Never reconnects to
-/// a node that went away: the caller tries again (a leader may have moved).
-fn pagurus(node: &Broker, args: &[&str], input: &str) -> (bool, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_pagurus"))
-        .args(args)
-        .args(["--broker", &node.addr.to_string(), "--timeout-ms", "5000"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::cluster::{Cluster, agreed, pagurus};
 
 /// Produces `lines` to `partition` of `r3` through `node`, trying again for up to 20 s while no
 /// leader is elected (each try fails whole or is acknowledged whole: one batch).

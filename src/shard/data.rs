@@ -10,10 +10,9 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
-use futures_lite::FutureExt;
 use tracing::warn;
 
 use crate::metrics::counters::Metrics;
@@ -30,7 +29,7 @@ use crate::shard::staging::{stage_all, stage_kafka_admitted, stage_one};
 use crate::shard::topics::TopicMeta;
 use crate::shard::used::UsedTopics;
 use crate::shard::{Hop, Shard, ShardError};
-use crate::storage::{PartitionLog, StorageError, Ticket};
+use crate::storage::{PartitionLog, Ticket};
 
 /// Partitions asked of one place, and where each goes in the answer.
 type Asked = (Vec<(String, u32)>, Vec<usize>);
@@ -444,70 +443,6 @@ impl Shard {
         }
         Metadata { core_ports, topics }
     }
-
-    async fn fetch_local(
-        &self,
-        topic: &str,
-        partition: u32,
-        offset: u64,
-        max_bytes: u32,
-        max_wait_ms: u32,
-    ) -> Result<SendPlan, ShardError> {
-        let log = self.owned_log(topic, partition)?;
-        self.check_reads(topic, partition)?;
-        let wait = Duration::from_millis(max_wait_ms.into()).min(self.config.fetch_wait_max);
-        let deadline = Instant::now() + wait;
-        loop {
-            let plan = log
-                .read_plan(offset, u64::from(max_bytes.max(1)))
-                .inspect_err(|e| self.note_corrupt(&log, e))?;
-            let now = Instant::now();
-            if !plan.is_empty() || now >= deadline || self.shutdown.is_requested() {
-                let (plan, read) = if plan.is_empty() {
-                    (plan, false)
-                } else {
-                    let (checked, found) = log.check_plan(plan).await;
-                    Metrics::add(&self.metrics.corrupt_batches_detected, found);
-                    checked.inspect_err(|e| self.note_corrupt(&log, e))?
-                };
-                let active_base = log.segments().last().map_or(0, |s| s.0);
-                let records = plan.batches.iter().map(|b| u64::from(b.records)).sum();
-                log.count_read(records, plan.length);
-                let next_offset = plan.next_offset().unwrap_or(offset);
-                return Ok(SendPlan {
-                    wal_path: crate::storage::segment::wal_path(
-                        log.dir(),
-                        plan.segment_base_offset,
-                    ),
-                    file_id: plan.file_id,
-                    position: plan.position,
-                    length: plan.length,
-                    batches: plan.batches,
-                    records,
-                    next_offset,
-                    high_watermark: plan.high_watermark,
-                    log_start_offset: plan.log_start_offset,
-                    // Just read for the check, or in the active segment: in the page cache.
-                    hot: read || plan.segment_base_offset == active_base,
-                });
-            }
-            // Wake on new data, at the deadline, or at shutdown, whichever comes first.
-            let changed = log.changed();
-            let timer = glommio::timer::sleep(deadline - now);
-            let stop = self.shutdown.wait();
-            changed.or(timer).or(stop).await;
-        }
-    }
-
-    fn note_corrupt(&self, log: &PartitionLog, error: &StorageError) {
-        if let StorageError::Corrupt {
-            offset,
-            next_offset,
-        } = error
-        {
-            warn!(dir = %log.dir().display(), offset, next_offset, "fetch refused: it starts at a corrupt batch");
-        }
-    }
 }
 
 impl Run for Produce {
@@ -558,20 +493,6 @@ impl Shard {
             )
             .await?;
         Ok((log, base_offset, last, Some(settle)))
-    }
-}
-
-impl Run for Fetch {
-    async fn run(self, shard: &Rc<Shard>) -> Result<SendPlan, ShardError> {
-        shard
-            .fetch_local(
-                &self.topic,
-                self.partition,
-                self.offset,
-                self.max_bytes,
-                self.max_wait_ms,
-            )
-            .await
     }
 }
 

@@ -4,7 +4,8 @@
 //! [`Shard`]; the shard alone decides whether the data is on this core or a mesh hop away,
 //! and counts the request's data metrics once, where the data is.
 //!
-//! - [`data`]: produce (two-phase, for pipelining), fetch plans, list offsets, partition
+//! - [`data`]: produce (two-phase, for pipelining), fetch plans (the owner's half, a long
+//!   poll, in `fetch`), list offsets, partition
 //!   states and metadata.
 //! - [`staging`]: a produce's batches staged on the owner, its append metrics counted once.
 //! - [`admin`]: topic creation (on demand, in one place), deletion, the controller's rounds.
@@ -30,6 +31,7 @@ pub mod compaction;
 pub mod coordinator;
 pub mod data;
 pub mod error;
+mod fetch;
 pub mod groups;
 pub mod handoff;
 pub mod idempotence;

@@ -192,30 +192,61 @@ impl Shard {
         batches: Batches<'_>,
     ) -> Result<ReplicatedProduce, ShardError> {
         let log = replica.log();
-        let stored = match batches {
-            Batches::Checked(batches) => checked(&log, batches)?,
-            Batches::Single(batch) => {
-                vec![check(&log, BatchParts::whole(batch), BatchTrust::Built)?]
-            }
-            Batches::Kafka {
-                batches,
-                producers: [],
-            } => kafka_parts(batches)
-                .map(|parts| check(&log, parts, BatchTrust::KafkaChecked))
-                .collect::<Result<_, _>>()?,
+        let (stored, producers) = match batches {
+            Batches::Checked(batches) => (checked(&log, batches)?, &[][..]),
+            Batches::Single(batch) => (
+                vec![check(&log, BatchParts::whole(batch), BatchTrust::Built)?],
+                &[][..],
+            ),
             Batches::Kafka { batches, producers } => {
                 let stored = kafka_parts(batches)
                     .map(|parts| check(&log, parts, BatchTrust::KafkaChecked))
                     .collect::<Result<_, _>>()?;
-                return self
-                    .propose_idempotent(replica, topic, partition, stored, producers)
-                    .await;
+                (stored, producers)
             }
         };
-        Ok(self
-            .propose_all(replica, topic, partition, stored)
-            .await?
-            .produce)
+        self.propose_stored(replica, topic, partition, stored, producers)
+            .await
+    }
+
+    /// [`Shard::propose_produce`] for a produce another core sent here.
+    pub(crate) async fn propose_remote(
+        &self,
+        replica: Rc<dyn Replicated>,
+        produce: &Produce,
+    ) -> Result<ReplicatedProduce, ShardError> {
+        let log = replica.log();
+        let limits = self.config.log.limits;
+        let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
+        let stored = match produce.source {
+            BatchSource::Client => checked(&log, batches)?,
+            BatchSource::Kafka => batches
+                .iter()
+                .map(|(_, batch)| check(&log, BatchParts::whole(batch), BatchTrust::KafkaChecked))
+                .collect::<Result<_, _>>()?,
+        };
+        let (topic, partition) = (&produce.topic, produce.partition);
+        self.propose_stored(replica, topic, partition, stored, &produce.producers)
+            .await
+    }
+
+    /// Proposes checked batches: an idempotent producer's through its table, any other
+    /// as they are.
+    async fn propose_stored(
+        &self,
+        replica: Rc<dyn Replicated>,
+        topic: &str,
+        partition: u32,
+        stored: Vec<Vec<u8>>,
+        producers: &[IdempotentBatch],
+    ) -> Result<ReplicatedProduce, ShardError> {
+        if !producers.is_empty() {
+            return self
+                .propose_idempotent(replica, topic, partition, stored, producers)
+                .await;
+        }
+        let proposed = self.propose_all(replica, topic, partition, stored).await?;
+        Ok(proposed.produce)
     }
 
     /// Proposes an idempotent producer's batches: a retry of a remembered batch is
@@ -277,39 +308,6 @@ impl Shard {
             table.record(&b.producer, proposal.base_offset, Some(*proposal));
         }
         Ok(produce.produce)
-    }
-
-    /// [`Shard::propose_produce`] for a produce another core sent here.
-    pub(crate) async fn propose_remote(
-        &self,
-        replica: Rc<dyn Replicated>,
-        produce: &Produce,
-    ) -> Result<ReplicatedProduce, ShardError> {
-        let log = replica.log();
-        let limits = self.config.log.limits;
-        let batches = ProduceBatches::from_validated(produce.count, &produce.batches, limits);
-        let stored = match produce.source {
-            BatchSource::Client => checked(&log, batches)?,
-            BatchSource::Kafka => batches
-                .iter()
-                .map(|(_, batch)| check(&log, BatchParts::whole(batch), BatchTrust::KafkaChecked))
-                .collect::<Result<_, _>>()?,
-        };
-        if !produce.producers.is_empty() {
-            return self
-                .propose_idempotent(
-                    replica,
-                    &produce.topic,
-                    produce.partition,
-                    stored,
-                    &produce.producers,
-                )
-                .await;
-        }
-        Ok(self
-            .propose_all(replica, &produce.topic, produce.partition, stored)
-            .await?
-            .produce)
     }
 
     async fn propose_all(
